@@ -1,5 +1,8 @@
 //! Hollow nodes: a Nova server and a Ready Node of the same name, removed without a trace.
 
+// Test helpers may unwrap: a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use berth_e2e::{HollowNode, HollowNodeOptions, Testbed, unique_name};

@@ -2,6 +2,9 @@
 //! takes a load balancer to ACTIVE and cascade-deletes it without leaking its VIP port, and
 //! the Kubernetes API is ready at v1.20.2.
 
+// Test helpers may unwrap: a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use berth_e2e::{Testbed, unique_name};
