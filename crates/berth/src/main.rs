@@ -1,0 +1,60 @@
+//! The `berth` command: Kubernetes on OpenStack.
+//!
+//! `main` only parses the command line, sets up logging and the TLS provider, and hands over
+//! to the subcommand's module.
+
+mod check;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "berth",
+    version,
+    about = "Kubernetes on OpenStack",
+    propagate_version = true
+)]
+struct Cli {
+    /// Log filter, e.g. `info`, `debug`, `berth_openstack=debug` (RUST_LOG works too).
+    #[arg(long, global = true, env = "BERTH_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a cloud.conf, log in, and tell which berth features this cloud supports.
+    Check(check::Args),
+}
+
+fn main() -> ExitCode {
+    // One rustls crypto provider for every TLS client in the process.
+    berth_openstack::install_crypto_provider();
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("berth: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Check(args) => runtime.block_on(check::run(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("berth: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

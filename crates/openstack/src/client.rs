@@ -1,0 +1,464 @@
+//! The client: one shared login, endpoint lookup, and requests with bounded retries.
+//!
+//! Retry policy, per request:
+//! - a connection that could not be made, 429, 502, 503 and 504 are retried for every method;
+//! - 500 and a timed-out answer only for methods that are safe to repeat (GET, HEAD, PUT, DELETE);
+//! - 409 only on the load-balancer service, where it means "wait until the object is no
+//!   longer PENDING_*";
+//! - 401 once, after a fresh login (the token was revoked or expired early).
+//!
+//! Waits grow exponentially with full jitter, honour `Retry-After`, and are bounded in number
+//! ([`ClientOptions::max_attempts`]) and each in length ([`ClientOptions::max_backoff`]).
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use jiff::{SignedDuration, Timestamp};
+use reqwest::{Method, StatusCode, header::HeaderValue};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tracing::{Instrument, debug, debug_span, warn};
+use url::Url;
+
+use crate::{
+    Credentials, Error, Interface, Result, Secret,
+    auth::{Token, login},
+    error::message_from_body,
+};
+
+/// The services this client speaks to, with how each wants to be addressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// Nova.
+    Compute,
+    /// Neutron.
+    Network,
+    /// Octavia.
+    LoadBalancer,
+    /// Glance.
+    Image,
+    /// Cinder.
+    BlockStorage,
+}
+
+impl Service {
+    /// The catalog type.
+    pub fn service_type(self) -> &'static str {
+        match self {
+            Service::Compute => "compute",
+            Service::Network => "network",
+            Service::LoadBalancer => "load-balancer",
+            Service::Image => "image",
+            Service::BlockStorage => "block-storage",
+        }
+    }
+
+    /// The API version path that the catalog URL may lack (Neutron, Octavia and Glance list
+    /// unversioned URLs; Nova and Cinder versioned ones).
+    fn version_suffix(self) -> Option<&'static str> {
+        match self {
+            Service::Network => Some("v2.0"),
+            Service::LoadBalancer | Service::Image => Some("v2"),
+            Service::Compute | Service::BlockStorage => None,
+        }
+    }
+
+    /// The microversion header pinned for the service.
+    fn microversion(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            // 2.47: the server's flavor is embedded (name included), saving a flavor lookup.
+            Service::Compute => Some(("openstack-api-version", "compute 2.47")),
+            // 3.27: the new attachment API.
+            Service::BlockStorage => Some(("openstack-api-version", "volume 3.27")),
+            _ => None,
+        }
+    }
+}
+
+/// Knobs of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Which endpoints to use.
+    pub interface: Interface,
+    /// The region, or `None` for the first endpoint of each type.
+    pub region: Option<String>,
+    /// Endpoint URLs that replace the catalog's, by service type.
+    pub endpoint_overrides: HashMap<String, String>,
+    /// How long to wait for a connection.
+    pub connect_timeout: Duration,
+    /// How long one request may take in all.
+    pub request_timeout: Duration,
+    /// How many times a request is tried at most (the first try included).
+    pub max_attempts: u32,
+    /// The longest wait between two tries.
+    pub max_backoff: Duration,
+    /// How long before `expires_at` a token is replaced.
+    pub token_refresh_margin: Duration,
+    /// The `User-Agent` header: what the OpenStack request logs show.
+    pub user_agent: String,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            interface: Interface::Public,
+            region: None,
+            endpoint_overrides: HashMap::new(),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_attempts: 5,
+            max_backoff: Duration::from_secs(8),
+            token_refresh_margin: Duration::from_secs(120),
+            user_agent: concat!("berth/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+/// An OpenStack client. Cheap to clone: clones share the token and the connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    http: reqwest::Client,
+    credentials: Credentials,
+    options: ClientOptions,
+    /// Held while logging in, so concurrent callers wait for one login instead of each making one.
+    token: Mutex<Option<Arc<Token>>>,
+}
+
+/// A request's body and query.
+#[derive(Debug, Default)]
+pub(crate) struct Req<'a> {
+    pub(crate) query: &'a [(&'a str, String)],
+    pub(crate) body: Option<&'a Value>,
+}
+
+impl Client {
+    /// A client that logs in on its first request.
+    pub fn new(credentials: Credentials, options: ClientOptions) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .timeout(options.request_timeout)
+            .user_agent(options.user_agent.clone())
+            .build()
+            .map_err(|e| Error::Invalid {
+                what: "HTTP client settings",
+                value: String::new(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                credentials,
+                options,
+                token: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// A client that has logged in already: bad credentials fail here, not on first use.
+    pub async fn connect(credentials: Credentials, options: ClientOptions) -> Result<Self> {
+        let client = Self::new(credentials, options)?;
+        client.token().await?;
+        Ok(client)
+    }
+
+    /// The options this client was made with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    /// A valid token: the cached one, or a new one when it is about to expire.
+    pub async fn token(&self) -> Result<Arc<Token>> {
+        self.fresh_token(None).await
+    }
+
+    /// Like [`Client::token`], but a cached token equal to `stale` is replaced (it was refused).
+    async fn fresh_token(&self, stale: Option<&Secret>) -> Result<Arc<Token>> {
+        let mut slot = self.inner.token.lock().await;
+        if let Some(t) = slot.as_ref() {
+            let margin = SignedDuration::try_from(self.inner.options.token_refresh_margin)
+                .unwrap_or(SignedDuration::from_secs(120));
+            let still_good = Timestamp::now() + margin < t.expires_at;
+            if still_good && stale.is_none_or(|s| s != &t.value) {
+                return Ok(t.clone());
+            }
+        }
+        let token = Arc::new(login(&self.inner.http, &self.inner.credentials).await?);
+        debug!(user = %token.user_name, project = ?token.project_name, expires_at = %token.expires_at, "logged in to Keystone");
+        *slot = Some(token.clone());
+        Ok(token)
+    }
+
+    /// The base URL of a service, from the override or the catalog, with its API version.
+    pub async fn endpoint(&self, service: Service) -> Result<Url> {
+        let raw = match self.inner.options.endpoint_overrides.get(service.service_type()) {
+            Some(url) => url.clone(),
+            None => self.token().await?.catalog.endpoint(
+                service.service_type(),
+                self.inner.options.interface,
+                self.inner.options.region.as_deref(),
+            )?,
+        };
+        let mut base = raw.trim_end_matches('/').to_owned();
+        if let Some(v) = service.version_suffix() {
+            // Leave a URL alone whose last segment is already a version (`v2`, `v2.0`).
+            let last = base.rsplit('/').next().unwrap_or_default();
+            let versioned = last
+                .strip_prefix('v')
+                .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()));
+            if !versioned {
+                base = format!("{base}/{v}");
+            }
+        }
+        base.push('/');
+        Url::parse(&base).map_err(|e| Error::Invalid {
+            what: "endpoint URL",
+            value: raw,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Sends a request and decodes the JSON answer.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        method: Method,
+        path: &str,
+        req: Req<'_>,
+    ) -> Result<T> {
+        let (url, text) = self.send(service, method.clone(), path, req).await?;
+        serde_json::from_str(&text).map_err(|source| Error::Decode {
+            service: service.service_type().into(),
+            method,
+            path: url.path().to_owned(),
+            source,
+        })
+    }
+
+    /// Sends a request whose answer has no body worth reading (DELETE, actions).
+    pub(crate) async fn call_empty(
+        &self,
+        service: Service,
+        method: Method,
+        path: &str,
+        req: Req<'_>,
+    ) -> Result<()> {
+        self.send(service, method, path, req).await.map(|_| ())
+    }
+
+    /// Lists every item of a collection, following `<key>_links` `next` links page by page.
+    pub(crate) async fn list_all<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        path: &str,
+        key: &str,
+        query: &[(&str, String)],
+    ) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        let mut page: Value = self
+            .call(service, Method::GET, path, Req { query, body: None })
+            .await?;
+        loop {
+            if let Some(list) = page.get_mut(key).map(Value::take) {
+                let decoded: Vec<T> = serde_json::from_value(list).map_err(|source| Error::Decode {
+                    service: service.service_type().into(),
+                    method: Method::GET,
+                    path: path.to_owned(),
+                    source,
+                })?;
+                items.extend(decoded);
+            }
+            let next = page
+                .get(format!("{key}_links"))
+                .and_then(Value::as_array)
+                .and_then(|links| {
+                    links
+                        .iter()
+                        .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
+                })
+                .and_then(|l| l.get("href"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let Some(next) = next else { break };
+            page = self.call(service, Method::GET, &next, Req::default()).await?;
+        }
+        Ok(items)
+    }
+
+    async fn send(
+        &self,
+        service: Service,
+        method: Method,
+        path: &str,
+        req: Req<'_>,
+    ) -> Result<(Url, String)> {
+        // `path` is relative to the service's base URL, or an absolute `next` link.
+        let url = if path.starts_with("http://") || path.starts_with("https://") {
+            Url::parse(path).map_err(|e| Error::Invalid {
+                what: "pagination link",
+                value: path.to_owned(),
+                reason: e.to_string(),
+            })?
+        } else {
+            let base = self.endpoint(service).await?;
+            base.join(path.trim_start_matches('/'))
+                .map_err(|e| Error::Invalid {
+                    what: "request path",
+                    value: path.to_owned(),
+                    reason: e.to_string(),
+                })?
+        };
+        let span = debug_span!("openstack", service = service.service_type(), %method, path = url.path());
+        self.send_with_retries(service, method, url, req)
+            .instrument(span)
+            .await
+    }
+
+    async fn send_with_retries(
+        &self,
+        service: Service,
+        method: Method,
+        url: Url,
+        req: Req<'_>,
+    ) -> Result<(Url, String)> {
+        let opts = &self.inner.options;
+        let idempotent = matches!(method, Method::GET | Method::HEAD | Method::PUT | Method::DELETE);
+        let mut reauthenticated = false;
+        let mut attempt = 0;
+        let mut refused: Option<Secret> = None;
+        loop {
+            attempt += 1;
+            let token = self.fresh_token(refused.take().as_ref()).await?;
+            let mut rb = self
+                .inner
+                .http
+                .request(method.clone(), url.clone())
+                .header("x-auth-token", token.value.expose())
+                .header("accept", "application/json");
+            if let Some((name, value)) = service.microversion() {
+                rb = rb.header(name, HeaderValue::from_static(value));
+            }
+            if !req.query.is_empty() {
+                rb = rb.query(req.query);
+            }
+            if let Some(body) = req.body {
+                rb = rb.json(body);
+            }
+            let started = std::time::Instant::now();
+            let outcome = rb.send().await;
+            let last_try = attempt >= opts.max_attempts;
+            let response = match outcome {
+                Ok(r) => r,
+                Err(source) => {
+                    let safe = source.is_connect() || (idempotent && source.is_timeout());
+                    if safe && !last_try {
+                        let wait = backoff(attempt, opts.max_backoff, None);
+                        warn!(%source, attempt, wait_ms = wait.as_millis() as u64, "request failed, retrying");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    return Err(Error::Transport {
+                        service: service.service_type().into(),
+                        method,
+                        path: url.path().to_owned(),
+                        source,
+                    });
+                }
+            };
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = response.text().await.map_err(|source| Error::Transport {
+                service: service.service_type().into(),
+                method: method.clone(),
+                path: url.path().to_owned(),
+                source,
+            })?;
+            debug!(
+                status = status.as_u16(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "answered"
+            );
+            if status.is_success() {
+                return Ok((url, text));
+            }
+            if status == StatusCode::UNAUTHORIZED && !reauthenticated {
+                reauthenticated = true;
+                refused = Some(token.value.clone());
+                attempt -= 1;
+                continue;
+            }
+            let retryable = match status {
+                StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT => true,
+                StatusCode::INTERNAL_SERVER_ERROR => idempotent,
+                StatusCode::CONFLICT => service == Service::LoadBalancer,
+                _ => false,
+            };
+            if retryable && !last_try {
+                let wait = backoff(attempt, opts.max_backoff, retry_after);
+                debug!(
+                    status = status.as_u16(),
+                    attempt,
+                    wait_ms = wait.as_millis() as u64,
+                    "retrying"
+                );
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            return Err(Error::Api {
+                service: service.service_type().into(),
+                method,
+                path: url.path().to_owned(),
+                status,
+                message: message_from_body(&text),
+            });
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: a random wait in `[base/2, base]`, `base = 0.5s·2^n`,
+/// capped; a server's `Retry-After` wins when it is longer (still capped).
+pub(crate) fn backoff(attempt: u32, cap: Duration, retry_after: Option<Duration>) -> Duration {
+    let base = Duration::from_millis(500)
+        .saturating_mul(1 << attempt.saturating_sub(1).min(10))
+        .min(cap);
+    let jittered = base.mul_f64(0.5 + fastrand::f64() / 2.0);
+    match retry_after {
+        Some(ra) if ra > jittered => ra.min(cap),
+        _ => jittered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let cap = Duration::from_secs(8);
+        for attempt in 1..20 {
+            let w = backoff(attempt, cap, None);
+            assert!(w <= cap, "attempt {attempt}: {w:?}");
+            let base = Duration::from_millis(500)
+                .saturating_mul(1 << (attempt - 1).min(10))
+                .min(cap);
+            assert!(w >= base / 2, "attempt {attempt}: {w:?} < {:?}", base / 2);
+        }
+        assert_eq!(
+            backoff(1, cap, Some(Duration::from_secs(5))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(backoff(1, cap, Some(Duration::from_secs(60))), cap);
+    }
+}

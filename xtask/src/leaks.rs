@@ -1,0 +1,60 @@
+//! What e2e tests left behind: servers, load balancers and Nodes named `e2e-…`.
+
+use anyhow::{Result, bail};
+use berth_e2e::{E2E_PREFIX, Testbed};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, api::ListParams};
+
+/// Leftovers, each as `kind name (id)`.
+pub(crate) fn find() -> Result<Vec<String>> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let tb = Testbed::load()?;
+        let os = tb.openstack_demo().await?;
+        let mut found = Vec::new();
+        for s in os
+            .compute()
+            .servers(&[("name", format!("^{E2E_PREFIX}"))])
+            .await?
+        {
+            found.push(format!("server {} ({}, {})", s.name, s.id, s.status));
+        }
+        for lb in os.load_balancer().list(&[]).await? {
+            if lb.name.starts_with(E2E_PREFIX) {
+                found.push(format!(
+                    "load balancer {} ({}, {})",
+                    lb.name, lb.id, lb.provisioning_status
+                ));
+            }
+        }
+        for p in os
+            .network()
+            .ports(&[("network_id", tb.tenant.network_id.clone())])
+            .await?
+        {
+            // A compute port whose server is gone is a leak; routers' and DHCP ports are not ours.
+            if p.device_owner.starts_with("compute:") && os.compute().server(&p.device_id).await.is_err() {
+                found.push(format!("port {} of deleted server {}", p.id, p.device_id));
+            }
+        }
+        let nodes = Api::<Node>::all(tb.kube().await?);
+        for n in nodes.list(&ListParams::default()).await? {
+            let name = n.metadata.name.unwrap_or_default();
+            if name.starts_with(E2E_PREFIX) {
+                found.push(format!("Node {name}"));
+            }
+        }
+        Ok(found)
+    })
+}
+
+/// Prints the leftovers; fails if there are any.
+pub(crate) fn report(found: &[String]) -> Result<()> {
+    if found.is_empty() {
+        eprintln!("no leftovers: OpenStack and Kubernetes hold nothing named {E2E_PREFIX}…");
+        return Ok(());
+    }
+    for f in found {
+        eprintln!("LEAK: {f}");
+    }
+    bail!("{} object(s) left behind by the e2e tests", found.len())
+}

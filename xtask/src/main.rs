@@ -1,0 +1,51 @@
+//! `cargo xtask`: berth's developer tasks.
+//!
+//! - `testbed up|down|status`: the local testbed (real OpenStack and Kubernetes on loopback);
+//! - `demo`: berth's main job on the testbed;
+//! - `test`: every check and test, unit and end-to-end, as CI runs them;
+//! - `leaks`: what e2e tests left in OpenStack or Kubernetes.
+
+mod demo;
+mod leaks;
+mod paths;
+mod run;
+mod test;
+mod testbed;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "berth's developer tasks", version)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Start, stop or inspect the local testbed.
+    Testbed {
+        #[command(subcommand)]
+        action: testbed::Action,
+    },
+    /// Run berth's main job on the local testbed (starting it first).
+    Demo,
+    /// Run every check and test: format, lints, unit tests, then e2e tests on a fresh testbed.
+    Test(test::Options),
+    /// List what e2e tests left behind in OpenStack and Kubernetes; fails if anything.
+    Leaks,
+}
+
+fn main() -> Result<()> {
+    berth_openstack::install_crypto_provider();
+    match Cli::parse().task {
+        Task::Testbed { action } => testbed::run(action),
+        Task::Demo => demo::run(),
+        Task::Test(options) => test::run(&options),
+        Task::Leaks => {
+            let found = leaks::find()?;
+            leaks::report(&found)
+        }
+    }
+}
