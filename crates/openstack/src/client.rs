@@ -10,7 +10,14 @@
 //! Waits grow exponentially with full jitter, honour `Retry-After`, and are bounded in number
 //! ([`ClientOptions::max_attempts`]) and each in length ([`ClientOptions::max_backoff`]).
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use jiff::{SignedDuration, Timestamp};
 use reqwest::{Method, StatusCode, header::HeaderValue};
@@ -24,6 +31,7 @@ use crate::{
     Credentials, Error, Interface, Result, Secret,
     auth::{Token, login},
     error::message_from_body,
+    metrics::ApiMetrics,
 };
 
 /// The services this client speaks to, with how each wants to be addressed.
@@ -39,6 +47,8 @@ pub enum Service {
     Image,
     /// Cinder.
     BlockStorage,
+    /// Keystone, at the auth URL (not from the catalog).
+    Identity,
 }
 
 impl Service {
@@ -50,6 +60,7 @@ impl Service {
             Service::LoadBalancer => "load-balancer",
             Service::Image => "image",
             Service::BlockStorage => "block-storage",
+            Service::Identity => "identity",
         }
     }
 
@@ -59,6 +70,7 @@ impl Service {
         match self {
             Service::Network => Some("v2.0"),
             Service::LoadBalancer | Service::Image => Some("v2"),
+            Service::Identity => Some("v3"),
             Service::Compute | Service::BlockStorage => None,
         }
     }
@@ -96,6 +108,8 @@ pub struct ClientOptions {
     pub token_refresh_margin: Duration,
     /// The `User-Agent` header: what the OpenStack request logs show.
     pub user_agent: String,
+    /// Where calls and logins are counted.
+    pub metrics: Arc<ApiMetrics>,
 }
 
 impl Default for ClientOptions {
@@ -110,6 +124,7 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_secs(8),
             token_refresh_margin: Duration::from_secs(120),
             user_agent: concat!("berth/", env!("CARGO_PKG_VERSION")).to_owned(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -127,6 +142,10 @@ struct Inner {
     options: ClientOptions,
     /// Held while logging in, so concurrent callers wait for one login instead of each making one.
     token: Mutex<Option<Arc<Token>>>,
+    /// Set while a background refresh runs, so only one runs.
+    refreshing: AtomicBool,
+    /// One lock per router for route-table read-modify-writes (when routes are not atomic).
+    route_locks: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 /// A request's body and query.
@@ -134,6 +153,8 @@ struct Inner {
 pub(crate) struct Req<'a> {
     pub(crate) query: &'a [(&'a str, String)],
     pub(crate) body: Option<&'a Value>,
+    /// Keystone's `X-Subject-Token`: the token a request is about.
+    pub(crate) subject_token: Option<&'a Secret>,
 }
 
 impl Client {
@@ -155,6 +176,8 @@ impl Client {
                 credentials,
                 options,
                 token: Mutex::new(None),
+                refreshing: AtomicBool::new(false),
+                route_locks: std::sync::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -164,6 +187,26 @@ impl Client {
         let client = Self::new(credentials, options)?;
         client.token().await?;
         Ok(client)
+    }
+
+    /// The metrics of this client's calls.
+    pub fn metrics(&self) -> &ApiMetrics {
+        &self.inner.options.metrics
+    }
+
+    /// The credentials this client logs in with.
+    pub fn credentials(&self) -> &Credentials {
+        &self.inner.credentials
+    }
+
+    /// The lock that serialises route-table updates of one router.
+    pub(crate) fn route_lock(&self, router_id: &str) -> Arc<Mutex<()>> {
+        let mut locks = self
+            .inner
+            .route_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(router_id.to_owned()).or_default().clone()
     }
 
     /// The options this client was made with.
@@ -177,26 +220,62 @@ impl Client {
     }
 
     /// Like [`Client::token`], but a cached token equal to `stale` is replaced (it was refused).
+    ///
+    /// A token within the refresh margin of its expiry is replaced before use. One that is
+    /// within twice the margin is still used, while a background task replaces it, so callers
+    /// rarely wait for Keystone.
     async fn fresh_token(&self, stale: Option<&Secret>) -> Result<Arc<Token>> {
+        let margin = SignedDuration::try_from(self.inner.options.token_refresh_margin)
+            .unwrap_or(SignedDuration::from_secs(120));
         let mut slot = self.inner.token.lock().await;
-        if let Some(t) = slot.as_ref() {
-            let margin = SignedDuration::try_from(self.inner.options.token_refresh_margin)
-                .unwrap_or(SignedDuration::from_secs(120));
-            let still_good = Timestamp::now() + margin < t.expires_at;
-            if still_good && stale.is_none_or(|s| s != &t.value) {
+        if let Some(t) = slot.as_ref()
+            && stale.is_none_or(|s| s != &t.value)
+        {
+            let now = Timestamp::now();
+            if now + margin < t.expires_at {
+                if now + margin + margin >= t.expires_at {
+                    self.refresh_in_background(t.value.clone());
+                }
                 return Ok(t.clone());
             }
         }
         let token = Arc::new(login(&self.inner.http, &self.inner.credentials).await?);
+        self.inner.options.metrics.login();
         debug!(user = %token.user_name, project = ?token.project_name, expires_at = %token.expires_at, "logged in to Keystone");
         *slot = Some(token.clone());
         Ok(token)
+    }
+
+    fn refresh_in_background(&self, current: Secret) {
+        if tokio::runtime::Handle::try_current().is_err()
+            || self.inner.refreshing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            // Replace `current` only: a caller may have replaced it meanwhile.
+            let mut slot = client.inner.token.lock().await;
+            if slot.as_ref().is_some_and(|t| t.value == current) {
+                match login(&client.inner.http, &client.inner.credentials).await {
+                    Ok(t) => {
+                        client.inner.options.metrics.login();
+                        debug!(expires_at = %t.expires_at, "token refreshed in the background");
+                        *slot = Some(Arc::new(t));
+                    }
+                    Err(e) => warn!(error = %e, "background token refresh failed; the next call retries"),
+                }
+            }
+            drop(slot);
+            client.inner.refreshing.store(false, Ordering::Release);
+        });
     }
 
     /// The base URL of a service, from the override or the catalog, with its API version.
     pub async fn endpoint(&self, service: Service) -> Result<Url> {
         let raw = match self.inner.options.endpoint_overrides.get(service.service_type()) {
             Some(url) => url.clone(),
+            None if service == Service::Identity => self.inner.credentials.auth_url.to_string(),
             None => self.token().await?.catalog.endpoint(
                 service.service_type(),
                 self.inner.options.interface,
@@ -250,6 +329,87 @@ impl Client {
         self.send(service, method, path, req).await.map(|_| ())
     }
 
+    /// `GET path` and the object under `key` (`{"port": {…}}` → the port).
+    pub(crate) async fn get_one<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        path: &str,
+        key: &str,
+    ) -> Result<T> {
+        let v: Value = self.call(service, Method::GET, path, Req::default()).await?;
+        unwrap_key(service, Method::GET, path, v, key)
+    }
+
+    /// `POST path` with `{key: object}`, and the object under `key` in the answer.
+    pub(crate) async fn post_one<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        path: &str,
+        key: &str,
+        object: &impl serde::Serialize,
+    ) -> Result<T> {
+        let body = serde_json::json!({ key: object });
+        let v: Value = self
+            .call(
+                service,
+                Method::POST,
+                path,
+                Req {
+                    body: Some(&body),
+                    ..Req::default()
+                },
+            )
+            .await?;
+        unwrap_key(service, Method::POST, path, v, key)
+    }
+
+    /// `PUT path` with `{key: fields}`, and the object under `key` in the answer.
+    pub(crate) async fn put_one<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        path: &str,
+        key: &str,
+        fields: Value,
+    ) -> Result<T> {
+        let body = serde_json::json!({ key: fields });
+        let v: Value = self
+            .call(
+                service,
+                Method::PUT,
+                path,
+                Req {
+                    body: Some(&body),
+                    ..Req::default()
+                },
+            )
+            .await?;
+        unwrap_key(service, Method::PUT, path, v, key)
+    }
+
+    /// `DELETE path`; an object that is gone already (404) is not an error.
+    pub(crate) async fn delete_if_exists(
+        &self,
+        service: Service,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<()> {
+        match self
+            .call_empty(
+                service,
+                Method::DELETE,
+                path,
+                Req {
+                    query,
+                    ..Req::default()
+                },
+            )
+            .await
+        {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
     /// Lists every item of a collection, following `<key>_links` `next` links page by page.
     pub(crate) async fn list_all<T: DeserializeOwned>(
         &self,
@@ -260,7 +420,15 @@ impl Client {
     ) -> Result<Vec<T>> {
         let mut items = Vec::new();
         let mut page: Value = self
-            .call(service, Method::GET, path, Req { query, body: None })
+            .call(
+                service,
+                Method::GET,
+                path,
+                Req {
+                    query,
+                    ..Req::default()
+                },
+            )
             .await?;
         loop {
             if let Some(list) = page.get_mut(key).map(Value::take) {
@@ -348,12 +516,27 @@ impl Client {
             if let Some(body) = req.body {
                 rb = rb.json(body);
             }
+            if let Some(subject) = req.subject_token {
+                rb = rb.header("x-subject-token", subject.expose());
+            }
             let started = std::time::Instant::now();
             let outcome = rb.send().await;
             let last_try = attempt >= opts.max_attempts;
+            let record = |status: &str| {
+                let secs = started.elapsed().as_secs_f64();
+                opts.metrics
+                    .call(service.service_type(), method.as_str(), status, secs);
+            };
             let response = match outcome {
                 Ok(r) => r,
                 Err(source) => {
+                    record(if source.is_connect() {
+                        "connect"
+                    } else if source.is_timeout() {
+                        "timeout"
+                    } else {
+                        "error"
+                    });
                     let safe = source.is_connect() || (idempotent && source.is_timeout());
                     if safe && !last_try {
                         let wait = backoff(attempt, opts.max_backoff, None);
@@ -382,6 +565,7 @@ impl Client {
                 path: url.path().to_owned(),
                 source,
             })?;
+            record(status.as_str());
             debug!(
                 status = status.as_u16(),
                 elapsed_ms = started.elapsed().as_millis() as u64,
@@ -425,6 +609,24 @@ impl Client {
             });
         }
     }
+}
+
+/// The object under `key` of an answer, decoded.
+fn unwrap_key<T: DeserializeOwned>(
+    service: Service,
+    method: Method,
+    path: &str,
+    mut v: Value,
+    key: &str,
+) -> Result<T> {
+    serde_json::from_value(v.get_mut(key).map(Value::take).unwrap_or(Value::Null)).map_err(|source| {
+        Error::Decode {
+            service: service.service_type().into(),
+            method,
+            path: path.to_owned(),
+            source,
+        }
+    })
 }
 
 /// Exponential backoff with full jitter: a random wait in `[base/2, base]`, `base = 0.5s·2^n`,

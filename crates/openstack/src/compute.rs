@@ -254,4 +254,116 @@ impl Compute<'_> {
             }
         }
     }
+
+    /// The availability zones that have compute hosts.
+    pub async fn availability_zones(&self) -> Result<Vec<String>> {
+        #[derive(Deserialize)]
+        struct Body {
+            #[serde(rename = "availabilityZoneInfo")]
+            zones: Vec<Zone>,
+        }
+        #[derive(Deserialize)]
+        struct Zone {
+            #[serde(rename = "zoneName")]
+            name: String,
+        }
+        let b: Body = self
+            .client
+            .call(
+                Service::Compute,
+                Method::GET,
+                "os-availability-zone",
+                Req::default(),
+            )
+            .await?;
+        Ok(b.zones.into_iter().map(|z| z.name).collect())
+    }
+
+    /// The server's network interfaces (`os-interface`).
+    pub async fn interface_attachments(&self, server_id: &str) -> Result<Vec<InterfaceAttachment>> {
+        self.client
+            .list_all(
+                Service::Compute,
+                &format!("servers/{server_id}/os-interface"),
+                "interfaceAttachments",
+                &[],
+            )
+            .await
+    }
+
+    /// The volumes attached to the server.
+    pub async fn volume_attachments(&self, server_id: &str) -> Result<Vec<VolumeAttachment>> {
+        self.client
+            .list_all(
+                Service::Compute,
+                &format!("servers/{server_id}/os-volume_attachments"),
+                "volumeAttachments",
+                &[],
+            )
+            .await
+    }
+
+    /// Attaches a volume to the server; the volume goes `attaching`, then `in-use`.
+    pub async fn attach_volume(&self, server_id: &str, volume_id: &str) -> Result<VolumeAttachment> {
+        #[derive(Deserialize)]
+        struct Body {
+            #[serde(rename = "volumeAttachment")]
+            attachment: VolumeAttachment,
+        }
+        let body = json!({ "volumeAttachment": { "volumeId": volume_id } });
+        let b: Body = self
+            .client
+            .call(
+                Service::Compute,
+                Method::POST,
+                &format!("servers/{server_id}/os-volume_attachments"),
+                Req {
+                    body: Some(&body),
+                    ..Req::default()
+                },
+            )
+            .await?;
+        Ok(b.attachment)
+    }
+
+    /// Detaches a volume from the server; the volume goes `detaching`, then `available`.
+    pub async fn detach_volume(&self, server_id: &str, volume_id: &str) -> Result<()> {
+        self.client
+            .call_empty(
+                Service::Compute,
+                Method::DELETE,
+                &format!("servers/{server_id}/os-volume_attachments/{volume_id}"),
+                Req::default(),
+            )
+            .await
+    }
+}
+
+/// A network interface of a server.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InterfaceAttachment {
+    /// The Neutron port.
+    pub port_id: String,
+    /// The network.
+    pub net_id: String,
+    /// `ACTIVE`, `DOWN`, …
+    #[serde(default)]
+    pub port_state: String,
+    /// The MAC address.
+    #[serde(default)]
+    pub mac_addr: String,
+}
+
+/// A volume attached to a server.
+#[derive(Debug, Clone, Deserialize)]
+pub struct VolumeAttachment {
+    /// The volume.
+    #[serde(rename = "volumeId")]
+    pub volume_id: String,
+    /// The server.
+    #[serde(rename = "serverId")]
+    pub server_id: String,
+    /// The device name Nova reports (not to be trusted for the real path).
+    #[serde(default)]
+    pub device: Option<String>,
 }

@@ -13,8 +13,10 @@ pub mod catalog;
 pub mod client;
 pub mod compute;
 mod error;
+pub mod identity;
 pub mod image;
 pub mod load_balancer;
+pub mod metrics;
 pub mod network;
 mod secret;
 
