@@ -115,7 +115,8 @@ if [ $NEED_DB = 1 ]; then
         CREATE DATABASE IF NOT EXISTS neutron; CREATE DATABASE IF NOT EXISTS octavia;
         CREATE DATABASE IF NOT EXISTS nova_api; CREATE DATABASE IF NOT EXISTS nova_cell0;
         CREATE DATABASE IF NOT EXISTS nova_cell1; CREATE DATABASE IF NOT EXISTS placement;
-        CREATE DATABASE IF NOT EXISTS glance; CREATE DATABASE IF NOT EXISTS cinder;"
+        CREATE DATABASE IF NOT EXISTS glance; CREATE DATABASE IF NOT EXISTS cinder;
+        CREATE DATABASE IF NOT EXISTS keystone;"
 fi
 
 # ----------------------------------------------------------------- RabbitMQ
@@ -140,8 +141,15 @@ if [ $NEED_MQ = 1 ]; then
 fi
 
 # ----------------------------------------------------------------- Keystone
-render keystone.conf "$OSBED/etc/keystone.conf"
-if [ ! -f "$OSBED/data/.init-keystone" ]; then
+# Keystone on MariaDB when it runs: on sqlite, concurrent password logins (each writes
+# user.last_active_at) fail with "database is locked" and Keystone answers 500.
+if [ $NEED_DB = 1 ]; then
+    KEYSTONE_DB="$DB_URL_BASE/keystone?charset=utf8mb4"
+else
+    KEYSTONE_DB="sqlite:///$OSBED/data/keystone.db"
+fi
+render keystone.conf "$OSBED/etc/keystone.conf" "KEYSTONE_DB=$KEYSTONE_DB"
+if [ ! -f "$OSBED/data/.init-keystone-db$NEED_DB" ]; then
     log "keystone: db_sync, fernet, bootstrap"
     KM="$VENV/bin/keystone-manage --config-file $OSBED/etc/keystone.conf"
     {
@@ -156,7 +164,7 @@ if [ ! -f "$OSBED/data/.init-keystone" ]; then
             --bootstrap-internal-url http://127.0.0.1:5000/v3/ \
             --bootstrap-public-url http://127.0.0.1:5000/v3/
     } > "$OSBED/log/keystone-init.out" 2>&1 || { tail -20 "$OSBED/log/keystone-init.out"; die "keystone init failed"; }
-    touch "$OSBED/data/.init-keystone"
+    touch "$OSBED/data/.init-keystone-db$NEED_DB"
 fi
 uwsgi_start keystone 5000 keystone.wsgi.api:application \
     --env "OS_KEYSTONE_CONFIG_FILES=$OSBED/etc/keystone.conf"

@@ -42,6 +42,7 @@ async fn check() -> Result<()> {
             description: "made and deleted by cargo xtask demo".into(),
             vip_subnet_id: tb.tenant.subnet_id.clone(),
             tags: vec!["berth-demo".into()],
+            ..NewLoadBalancer::default()
         })
         .await
         .context("creating a load balancer as the demo user")?;

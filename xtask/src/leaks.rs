@@ -1,4 +1,5 @@
-//! What e2e tests left behind: servers, load balancers and Nodes named `e2e-…`.
+//! What e2e tests left behind: servers, load balancers, networks, ports, floating IPs,
+//! security groups, volumes and Nodes named (or described) `e2e-…`.
 
 use anyhow::{Result, bail};
 use berth_e2e::{E2E_PREFIX, Testbed};
@@ -23,6 +24,37 @@ pub(crate) fn find() -> Result<Vec<String>> {
                 found.push(format!(
                     "load balancer {} ({}, {})",
                     lb.name, lb.id, lb.provisioning_status
+                ));
+            }
+        }
+        let net = os.network();
+        for n in net.networks(&[]).await? {
+            if n.name.starts_with(E2E_PREFIX) {
+                found.push(format!("network {} ({})", n.name, n.id));
+            }
+        }
+        for p in net.ports(&[]).await? {
+            if p.name.starts_with(E2E_PREFIX) {
+                found.push(format!("port {} ({})", p.name, p.id));
+            }
+        }
+        for f in net.floating_ips(&[]).await? {
+            if f.description.starts_with(E2E_PREFIX) {
+                found.push(format!("floating IP {} ({})", f.floating_ip_address, f.id));
+            }
+        }
+        for g in net.security_groups(&[]).await? {
+            if g.name.starts_with(E2E_PREFIX) {
+                found.push(format!("security group {} ({})", g.name, g.id));
+            }
+        }
+        for v in os.volumes(&[]).await? {
+            if v.name.as_deref().is_some_and(|n| n.starts_with(E2E_PREFIX)) {
+                found.push(format!(
+                    "volume {} ({}, {})",
+                    v.name.unwrap_or_default(),
+                    v.id,
+                    v.status
                 ));
             }
         }

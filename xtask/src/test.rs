@@ -66,8 +66,8 @@ pub(crate) fn run(options: &Options) -> Result<()> {
         ..Default::default()
     };
     testbed::up(&up)?;
-    // The e2e tests run the berth binary as a user would.
-    exec(cargo().args(["build", "--package", "berth"]))?;
+    // The e2e tests run the berth binary as a user would: the unit phase built it (for
+    // crates/berth/tests), with the same features, so no separate build is needed.
     let e2e = exec(&mut test_command(&["--package", "berth-e2e"]));
     let leftovers = leaks::find();
     if !options.keep {

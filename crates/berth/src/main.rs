@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 )]
 struct Cli {
     /// Log filter, e.g. `info`, `debug`, `berth_openstack=debug` (RUST_LOG works too).
-    #[arg(long, global = true, env = "BERTH_LOG", default_value = "warn")]
+    #[arg(long, global = true, env = "BERTH_LOG", default_value = "info")]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -28,6 +28,9 @@ struct Cli {
 enum Command {
     /// Validate a cloud.conf, log in, and tell which berth features this cloud supports.
     Check(check::Args),
+    /// Run the cloud controller (for kubelets with --cloud-provider=external): node
+    /// initialisation and lifecycle, and pod-network routes.
+    CloudController(Box<berth_controller::process::Args>),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Check(args) => runtime.block_on(check::run(args)),
+        Command::CloudController(args) => runtime
+            .block_on(berth_controller::process::run(*args))
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

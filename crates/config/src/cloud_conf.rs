@@ -740,6 +740,12 @@ impl CloudConfig {
             region: g.region.clone(),
             // Upstream uses [Metadata] request-timeout as every call's timeout too.
             request_timeout: self.metadata.request_timeout,
+            tls: berth_openstack::TlsOptions {
+                ca_file: g.ca_file.clone(),
+                cert_file: g.cert_file.clone(),
+                key_file: g.key_file.clone(),
+                insecure: g.tls_insecure,
+            },
             ..ClientOptions::default()
         };
         Ok((

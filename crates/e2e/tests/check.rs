@@ -72,8 +72,8 @@ fn check_reports_a_router_that_does_not_exist() {
     let conf = variant(&tb, "router", |t| {
         t.replace(&tb.tenant.router_id, "00000000-0000-0000-0000-000000000000")
     });
-    let (code, out, _) = check(&conf);
-    assert_eq!(code, Some(2), "{out}");
+    let (code, out, err) = check(&conf);
+    assert_eq!(code, Some(2), "stdout:\n{out}\nstderr:\n{err}");
     let routes = out
         .lines()
         .find(|l| l.trim_start().starts_with("routes"))

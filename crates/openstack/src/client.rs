@@ -110,6 +110,70 @@ pub struct ClientOptions {
     pub user_agent: String,
     /// Where calls and logins are counted.
     pub metrics: Arc<ApiMetrics>,
+    /// TLS settings for reaching the cloud's endpoints.
+    pub tls: TlsOptions,
+}
+
+/// TLS settings: `[Global] ca-file`, `cert-file`, `key-file`, `tls-insecure` of cloud.conf.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// A PEM bundle of CAs to trust besides the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A PEM client certificate, for clouds that want one.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's PEM key.
+    pub key_file: Option<std::path::PathBuf>,
+    /// Accept any server certificate. For test clouds only: it makes TLS useless.
+    pub insecure: bool,
+}
+
+impl TlsOptions {
+    fn apply(&self, mut builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder> {
+        let read = |what: &'static str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| Error::Invalid {
+                what,
+                value: path.display().to_string(),
+                reason: e.to_string(),
+            })
+        };
+        if let Some(path) = &self.ca_file {
+            let pem = read("ca-file", path)?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| Error::Invalid {
+                what: "ca-file",
+                value: path.display().to_string(),
+                reason: format!("not a PEM certificate bundle: {e}"),
+            })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read("cert-file", cert)?;
+                pem.push(b'\n');
+                pem.extend(read("key-file", key)?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| Error::Invalid {
+                    what: "cert-file/key-file",
+                    value: cert.display().to_string(),
+                    reason: format!("not a PEM certificate and key: {e}"),
+                })?;
+                builder = builder.identity(identity);
+            }
+            (Some(path), None) | (None, Some(path)) => {
+                return Err(Error::Invalid {
+                    what: "client certificate",
+                    value: path.display().to_string(),
+                    reason: "cert-file and key-file go together".into(),
+                });
+            }
+            (None, None) => {}
+        }
+        if self.insecure {
+            warn!("TLS certificate verification is off (tls-insecure): use this with test clouds only");
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        Ok(builder)
+    }
 }
 
 impl Default for ClientOptions {
@@ -125,6 +189,7 @@ impl Default for ClientOptions {
             token_refresh_margin: Duration::from_secs(120),
             user_agent: concat!("berth/", env!("CARGO_PKG_VERSION")).to_owned(),
             metrics: Arc::default(),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -160,16 +225,18 @@ pub(crate) struct Req<'a> {
 impl Client {
     /// A client that logs in on its first request.
     pub fn new(credentials: Credentials, options: ClientOptions) -> Result<Self> {
-        let http = reqwest::Client::builder()
+        // reqwest panics without a process-wide provider; binaries install it first thing, this
+        // keeps a library user who forgot from crashing.
+        crate::install_crypto_provider();
+        let builder = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
             .timeout(options.request_timeout)
-            .user_agent(options.user_agent.clone())
-            .build()
-            .map_err(|e| Error::Invalid {
-                what: "HTTP client settings",
-                value: String::new(),
-                reason: e.to_string(),
-            })?;
+            .user_agent(options.user_agent.clone());
+        let http = options.tls.apply(builder)?.build().map_err(|e| Error::Invalid {
+            what: "HTTP client settings",
+            value: String::new(),
+            reason: e.to_string(),
+        })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -239,11 +306,50 @@ impl Client {
                 return Ok(t.clone());
             }
         }
-        let token = Arc::new(login(&self.inner.http, &self.inner.credentials).await?);
+        let token = Arc::new(self.login().await?);
         self.inner.options.metrics.login();
         debug!(user = %token.user_name, project = ?token.project_name, expires_at = %token.expires_at, "logged in to Keystone");
         *slot = Some(token.clone());
         Ok(token)
+    }
+
+    /// Logs in, retrying what is worth retrying (no answer, 429, 5xx) like any other call:
+    /// Keystone has bad moments too. A refusal (401, 403, 404) is final.
+    async fn login(&self) -> Result<Token> {
+        let opts = &self.inner.options;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let started = std::time::Instant::now();
+            let result = login(&self.inner.http, &self.inner.credentials).await;
+            let transient = match &result {
+                Ok(_) => false,
+                Err(Error::Transport { source, .. }) => source.is_connect() || source.is_timeout(),
+                Err(Error::Auth { status, .. }) => {
+                    status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS
+                }
+                Err(_) => false,
+            };
+            let status = match &result {
+                Ok(_) => "201".to_owned(),
+                Err(e) => e
+                    .status()
+                    .map_or_else(|| "error".to_owned(), |s| s.as_str().to_owned()),
+            };
+            opts.metrics
+                .call("identity", "POST", &status, started.elapsed().as_secs_f64());
+            if transient && attempt < opts.max_attempts {
+                let wait = backoff(attempt, opts.max_backoff, None);
+                warn!(
+                    attempt,
+                    wait_ms = wait.as_millis() as u64,
+                    "Keystone login failed, retrying"
+                );
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            return result;
+        }
     }
 
     fn refresh_in_background(&self, current: Secret) {
@@ -257,7 +363,7 @@ impl Client {
             // Replace `current` only: a caller may have replaced it meanwhile.
             let mut slot = client.inner.token.lock().await;
             if slot.as_ref().is_some_and(|t| t.value == current) {
-                match login(&client.inner.http, &client.inner.credentials).await {
+                match client.login().await {
                     Ok(t) => {
                         client.inner.options.metrics.login();
                         debug!(expires_at = %t.expires_at, "token refreshed in the background");
@@ -645,6 +751,38 @@ pub(crate) fn backoff(attempt: u32, cap: Duration, retry_after: Option<Duration>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_files_that_cannot_be_used_are_named() {
+        let missing = TlsOptions {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..TlsOptions::default()
+        };
+        let err = missing.apply(reqwest::Client::builder()).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid ca-file \"/nonexistent/ca.pem\""),
+            "{err}"
+        );
+        let half = TlsOptions {
+            cert_file: Some("/tmp/c.pem".into()),
+            ..TlsOptions::default()
+        };
+        let err = half.apply(reqwest::Client::builder()).unwrap_err().to_string();
+        assert!(err.contains("cert-file and key-file go together"), "{err}");
+        let not_pem = std::env::temp_dir().join(format!("berth-not-pem-{}", std::process::id()));
+        std::fs::write(&not_pem, "hello").unwrap();
+        let bad = TlsOptions {
+            ca_file: Some(not_pem.clone()),
+            ..TlsOptions::default()
+        };
+        let result = bad.apply(reqwest::Client::builder());
+        std::fs::remove_file(&not_pem).unwrap();
+        // An empty bundle is refused either here or when the client is built; never silently accepted.
+        if let Ok(builder) = result {
+            crate::install_crypto_provider();
+            assert!(builder.build().is_ok());
+        }
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

@@ -32,6 +32,12 @@ pub struct Server {
     /// Metadata key/value pairs.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// The operator-set public IPv4 address, or empty.
+    #[serde(rename = "accessIPv4", default)]
+    pub access_ipv4: String,
+    /// The operator-set public IPv6 address, or empty.
+    #[serde(rename = "accessIPv6", default)]
+    pub access_ipv6: String,
     /// Why the server is in ERROR, if it is.
     #[serde(default)]
     pub fault: Option<Fault>,

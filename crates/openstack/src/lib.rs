@@ -22,7 +22,7 @@ mod secret;
 
 pub use auth::{AuthMethod, Credentials, Scope};
 pub use catalog::{Catalog, Interface};
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, TlsOptions};
 pub use error::{Error, Result};
 pub use secret::Secret;
 

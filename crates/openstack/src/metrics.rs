@@ -1,7 +1,7 @@
 //! Prometheus metrics of the OpenStack calls a client makes.
 //!
-//! `openstack_api_calls_total{service,method,status}` counts every HTTP exchange (retries
-//! included; `status` is the HTTP status, or `connect`/`timeout`/`error` when no answer came),
+//! `openstack_api_calls_total{service,method,status}` counts every HTTP exchange (retries and
+//! logins included; `status` is the HTTP status, or `connect`/`timeout`/`error` when no answer came),
 //! `openstack_api_call_duration_seconds{service,method}` times them, and
 //! `openstack_logins_total` counts Keystone logins. Benchmarks read the same numbers.
 
@@ -96,7 +96,7 @@ impl ApiMetrics {
         self.logins.inc();
     }
 
-    /// API calls so far (every service, retries included; logins not counted).
+    /// API calls so far (every service, retries and Keystone logins included).
     pub fn total_calls(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }

@@ -136,7 +136,8 @@ async fn a_409_on_neutron_is_an_error_at_once_with_neutrons_message() {
         err.to_string(),
         "network POST /net/v2.0/floatingips returned 409 Conflict: IP address 203.0.113.5 already allocated in subnet s1"
     );
-    assert_eq!(m.total_calls(), 1);
+    assert_eq!(m.calls("network", "POST", "409"), 1, "not retried");
+    assert_eq!(m.total_calls(), 2, "the login and the one POST");
 }
 
 #[tokio::test]
@@ -329,4 +330,35 @@ async fn wrong_credentials_give_keystones_message_and_no_secret() {
         "{text}"
     );
     assert!(!text.contains("pw\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_keystone_500_is_retried_but_a_401_is_final() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v3/auth/tokens"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("database is locked"))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    keystone(&server, jiff::SignedDuration::from_hours(1)).await;
+    let (c, m) = client(&server, |_| {});
+    assert_eq!(c.token().await.unwrap().value.expose(), "tok-1");
+    assert_eq!(m.calls("identity", "POST", "500"), 2);
+    assert_eq!(m.logins(), 1);
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v3/auth/tokens"))
+        .respond_with(ResponseTemplate::new(401))
+        .mount(&server)
+        .await;
+    let (c, m) = client(&server, |_| {});
+    assert!(c.token().await.is_err());
+    assert_eq!(
+        m.calls("identity", "POST", "401"),
+        1,
+        "wrong credentials are not retried"
+    );
 }
