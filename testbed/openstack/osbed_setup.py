@@ -190,6 +190,10 @@ def setup_tenant(conn, out_json):
     if not attached:
         net_api.add_interface_to_router(router, subnet_id=subnet.id)
         log('router berth-router attached to berth-subnet')
+    # e2e tests run several hollow nodes at once: the default 10 instances is too few
+    conn.set_compute_quotas(demo.id, instances=60, cores=120, ram=512000)
+    conn.set_network_quotas(demo.id, port=500, floatingip=100,
+                            security_group=100, router=20)
     with open(out_json, 'w') as f:
         json.dump({'project_id': demo.id, 'network_id': net.id,
                    'subnet_id': subnet.id, 'router_id': router.id,

@@ -90,3 +90,68 @@ pub(crate) fn report(found: &[String]) -> Result<()> {
     }
     bail!("{} object(s) left behind by the e2e tests", found.len())
 }
+
+/// Deletes everything named `e2e-…` that the demo user can see, and the e2e Nodes.
+pub(crate) fn delete() -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let tb = Testbed::load()?;
+        let os = tb.openstack_demo().await?;
+        let net = os.network();
+        let wait = std::time::Duration::from_secs(120);
+        for lb in os.load_balancer().list(&[]).await? {
+            if lb.name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting load balancer {} ({})", lb.name, lb.id);
+                os.load_balancer().delete(&lb.id, true).await?;
+                os.load_balancer().wait_deleted(&lb.id, wait).await?;
+            }
+        }
+        for s in os
+            .compute()
+            .servers(&[("name", format!("^{E2E_PREFIX}"))])
+            .await?
+        {
+            eprintln!("deleting server {} ({})", s.name, s.id);
+            os.compute().delete_server(&s.id).await?;
+            os.compute().wait_for_deletion(&s.id, wait).await?;
+        }
+        for v in os.volumes(&[]).await? {
+            if v.name.as_deref().is_some_and(|n| n.starts_with(E2E_PREFIX)) {
+                eprintln!("deleting volume {}", v.id);
+                os.block_storage().delete_volume(&v.id).await?;
+            }
+        }
+        for f in net.floating_ips(&[]).await? {
+            if f.description.starts_with(E2E_PREFIX) {
+                eprintln!("deleting floating IP {}", f.floating_ip_address);
+                net.delete_floating_ip(&f.id).await?;
+            }
+        }
+        for p in net.ports(&[]).await? {
+            if p.name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting port {} ({})", p.name, p.id);
+                net.delete_port(&p.id).await?;
+            }
+        }
+        for g in net.security_groups(&[]).await? {
+            if g.name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting security group {}", g.name);
+                net.delete_security_group(&g.id).await?;
+            }
+        }
+        for n in net.networks(&[]).await? {
+            if n.name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting network {}", n.name);
+                net.delete_network(&n.id).await?;
+            }
+        }
+        let nodes = Api::<Node>::all(tb.kube().await?);
+        for n in nodes.list(&ListParams::default()).await? {
+            let name = n.metadata.name.unwrap_or_default();
+            if name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting Node {name}");
+                nodes.delete(&name, &Default::default()).await?;
+            }
+        }
+        Ok(())
+    })
+}

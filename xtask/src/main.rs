@@ -34,7 +34,11 @@ enum Task {
     /// Run every check and test: format, lints, unit tests, then e2e tests on a fresh testbed.
     Test(test::Options),
     /// List what e2e tests left behind in OpenStack and Kubernetes; fails if anything.
-    Leaks,
+    Leaks {
+        /// Delete the leftovers instead (after a failed run).
+        #[arg(long)]
+        delete: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -43,9 +47,7 @@ fn main() -> Result<()> {
         Task::Testbed { action } => testbed::run(action),
         Task::Demo => demo::run(),
         Task::Test(options) => test::run(&options),
-        Task::Leaks => {
-            let found = leaks::find()?;
-            leaks::report(&found)
-        }
+        Task::Leaks { delete: false } => leaks::report(&leaks::find()?),
+        Task::Leaks { delete: true } => leaks::delete(),
     }
 }

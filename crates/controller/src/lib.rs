@@ -8,6 +8,7 @@
 //! - [`process`]: the process: flags, clients, health and metrics endpoints, shutdown.
 
 pub mod addresses;
+pub mod events;
 pub mod inventory;
 pub mod leader;
 mod metrics;

@@ -17,17 +17,18 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType, Recorder},
-        watcher,
-    },
+    runtime::{Controller, controller::Action, watcher},
 };
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
-use crate::{Error, addresses, inventory::Inventory, metrics::Metrics, provider_id};
+use crate::{
+    Error, addresses,
+    events::{Kind as EventType, Publisher},
+    inventory::Inventory,
+    metrics::Metrics,
+    provider_id,
+};
 
 /// The taint kubelets with `--cloud-provider=external` register with.
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -45,7 +46,7 @@ pub struct Context {
     /// The shared server and port view.
     pub inventory: Arc<Inventory>,
     /// Publishes Events.
-    pub recorder: Recorder,
+    pub events: Arc<Publisher>,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// How often each Node is looked at again.
@@ -374,17 +375,10 @@ async fn sync(
 }
 
 impl Context {
-    async fn event(&self, node: &Node, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &node.object_ref(&())).await {
-            warn!(error = %e, reason, "could not publish an event");
-        }
+    async fn event(&self, node: &Node, kind: EventType, reason: &str, note: String) {
+        self.events
+            .publish(&node.object_ref(&()), kind, reason, &note)
+            .await;
     }
 }
 

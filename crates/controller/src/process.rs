@@ -12,13 +12,13 @@ use anyhow::{Context as _, Result, bail};
 use berth_config::CloudConfig;
 use berth_openstack::metrics::ApiMetrics;
 use ipnet::IpNet;
-use kube::runtime::events::{Recorder, Reporter};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::{
     Metrics,
+    events::Publisher,
     inventory::Inventory,
     leader::{Elector, Outcome, Settings},
     nodes, routes,
@@ -181,10 +181,8 @@ pub async fn run(args: Args) -> Result<()> {
 
     let config = Arc::new(config);
     let inventory = Arc::new(Inventory::new(openstack.clone(), args.openstack_cache_max_age));
-    let reporter = Reporter {
-        controller: "berth-cloud-controller".into(),
-        instance: Some(identity()),
-    };
+    let identity = identity();
+    let events = Arc::new(Publisher::new(kube.clone(), "berth-cloud-controller", &identity));
     let start = |stop: CancellationToken| {
         let mut tasks = Vec::new();
         if args.enabled("cloud-node") || args.enabled("cloud-node-lifecycle") {
@@ -193,7 +191,7 @@ pub async fn run(args: Args) -> Result<()> {
                 openstack: openstack.clone(),
                 config: config.clone(),
                 inventory: inventory.clone(),
-                recorder: Recorder::new(kube.clone(), reporter.clone()),
+                events: events.clone(),
                 metrics: metrics.clone(),
                 sync_period: args.node_sync_period,
             });
@@ -240,7 +238,7 @@ pub async fn run(args: Args) -> Result<()> {
         let settings = Settings {
             name: args.leader_elect_resource_name.clone(),
             namespace: args.leader_elect_resource_namespace.clone(),
-            identity: reporter.instance.clone().unwrap_or_default(),
+            identity: identity.clone(),
             lease_duration: args.leader_elect_lease_duration,
             renew_deadline: args.leader_elect_renew_deadline,
             retry_period: args.leader_elect_retry_period,

@@ -26,6 +26,8 @@ pub struct HollowNodeOptions {
     pub heartbeat: Duration,
     /// Extra Node labels.
     pub labels: BTreeMap<String, String>,
+    /// `spec.podCIDR`, as kube-controller-manager's IPAM would set it.
+    pub pod_cidr: Option<String>,
 }
 
 impl Default for HollowNodeOptions {
@@ -35,6 +37,7 @@ impl Default for HollowNodeOptions {
             provider_id: None,
             heartbeat: Duration::from_secs(10),
             labels: BTreeMap::new(),
+            pod_cidr: None,
         }
     }
 }
@@ -146,6 +149,10 @@ impl HollowNode {
         }
         if let Some(id) = &options.provider_id {
             spec["providerID"] = json!(id);
+        }
+        if let Some(cidr) = &options.pod_cidr {
+            spec["podCIDR"] = json!(cidr);
+            spec["podCIDRs"] = json!([cidr]);
         }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",

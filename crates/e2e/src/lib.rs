@@ -7,9 +7,11 @@
 //! [`unique_name`], so a leak is easy to find (`cargo xtask leaks`).
 
 mod hollow;
+mod process;
 mod testbed;
 
 pub use hollow::{HollowNode, HollowNodeOptions};
+pub use process::{CloudController, Frozen, berth_binary, free_port, signal};
 pub use testbed::{CloudUser, TenantIds, Testbed};
 
 /// The prefix of every OpenStack and Kubernetes object an e2e test creates.
@@ -21,6 +23,45 @@ pub fn unique_name(what: &str) -> String {
         .take(6)
         .collect();
     format!("{E2E_PREFIX}{what}-{suffix}")
+}
+
+/// Polls `check` until it gives `Some`, failing with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// The reasons of the Events about a Node (core/v1 Events, as `kubectl describe node` shows).
+pub async fn node_event_reasons(kube: &kube::Client, node: &str) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::core::v1::Event;
+    let events = kube::Api::<Event>::all(kube.clone())
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Node")
+                && e.involved_object.name.as_deref() == Some(node)
+        })
+        .filter_map(|e| e.reason)
+        .collect())
 }
 
 #[cfg(test)]

@@ -7,16 +7,8 @@ use std::{path::PathBuf, process::Output};
 
 use berth_e2e::Testbed;
 
-/// The berth binary next to this test's executable (`cargo xtask test` builds it first).
 fn berth() -> std::process::Command {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("berth");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p berth` first",
-        bin.display()
-    );
-    std::process::Command::new(bin)
+    std::process::Command::new(berth_e2e::berth_binary().unwrap())
 }
 
 fn check(conf: &PathBuf) -> (Option<i32>, String, String) {

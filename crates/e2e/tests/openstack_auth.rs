@@ -88,7 +88,10 @@ async fn application_credentials_by_id_and_by_name_and_gone_once_deleted() {
         .unwrap_err();
     // Keystone answers 404 for a credential that no longer exists.
     assert_eq!(err.status().map(|s| s.as_u16()), Some(404), "{err}");
-    assert!(err.to_string().contains("Could not find Application Credential"), "{err}");
+    assert!(
+        err.to_string().contains("Could not find Application Credential"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
