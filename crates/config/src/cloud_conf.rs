@@ -892,7 +892,7 @@ pub(crate) fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Go's `time.ParseDuration` for what configs use: `5s`, `1m30s`, `1.5h`, `500ms`.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut rest = s.trim();
     if rest.is_empty() {
         return Err("empty".into());

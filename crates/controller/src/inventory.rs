@@ -47,9 +47,15 @@ impl Inventory {
 
     /// The snapshot, taken again first when it is older than the maximum age.
     pub async fn snapshot(&self) -> berth_openstack::Result<Arc<Snapshot>> {
+        self.snapshot_within(self.max_age).await
+    }
+
+    /// The snapshot, taken again first when it is older than `max_age` (a caller that just
+    /// saw something new, such as a Node whose server is not listed yet, asks for a younger one).
+    pub async fn snapshot_within(&self, max_age: Duration) -> berth_openstack::Result<Arc<Snapshot>> {
         let mut current = self.current.lock().await;
         if let Some((taken, snap)) = current.as_ref()
-            && taken.elapsed() < self.max_age
+            && taken.elapsed() < max_age
         {
             return Ok(snap.clone());
         }

@@ -113,7 +113,12 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> 
         // Not a Node this controller set up: leave it alone.
         return Ok(Action::await_change());
     }
-    let snap = ctx.inventory.snapshot().await?;
+    let mut snap = ctx.inventory.snapshot().await?;
+    // A Node to initialise whose server the snapshot does not know yet (the server is new):
+    // look again, with a list at most a second old, before saying it does not exist.
+    if uninitialized && provider.is_none() && !snap.by_name.contains_key(&name) {
+        snap = ctx.inventory.snapshot_within(Duration::from_secs(1)).await?;
+    }
     let lookup = match &provider {
         Some(pid) => match provider_id::parse(pid, ctx.config.global.region.as_deref()) {
             Err(reason) => {

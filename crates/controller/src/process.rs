@@ -24,22 +24,9 @@ use crate::{
     nodes, routes,
 };
 
+/// Flag durations are Go durations, as in cloud.conf: `15s`, `2m`, `500ms`, `0`.
 fn duration(s: &str) -> Result<Duration, String> {
-    let (n, unit) = s.trim().split_at(
-        s.trim()
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(s.trim().len()),
-    );
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 15s, 2m, 500ms"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{s:?} has an unknown unit (ms, s, m, h)")),
-    }
+    berth_config::cloud_conf::parse_duration(s)
 }
 
 /// `berth cloud-controller` flags (upstream's names where upstream has them).
@@ -85,15 +72,17 @@ pub struct Args {
     /// Where `/healthz`, `/readyz` and `/metrics` are served (plain HTTP).
     #[arg(long, default_value = "0.0.0.0:10258")]
     pub metrics_bind_address: SocketAddr,
-    /// How often each Node is checked against its server.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    /// How often each Node is checked against its server (addresses, shutdown, deletion).
+    #[arg(long, default_value = "60s", value_parser = duration)]
     pub node_sync_period: Duration,
-    /// How often routes are checked even when no Node changed.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    /// How often routes are checked although no Node changed, to repair hand edits of the
+    /// router (0: never; Node changes are acted on at once either way).
+    #[arg(long, default_value = "5m", value_parser = duration)]
     pub route_reconcile_period: Duration,
-    /// The longest a server and port list is reused before it is taken again.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub openstack_cache_max_age: Duration,
+    /// The longest a server and port list is reused before it is taken again (default: the
+    /// node sync period, so an idle cluster costs one server list and one port list per period).
+    #[arg(long, value_parser = duration)]
+    pub openstack_cache_max_age: Option<Duration>,
 }
 
 impl Args {
@@ -180,7 +169,8 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::spawn(stop_on_signal(shutdown.clone()));
 
     let config = Arc::new(config);
-    let inventory = Arc::new(Inventory::new(openstack.clone(), args.openstack_cache_max_age));
+    let max_age = args.openstack_cache_max_age.unwrap_or(args.node_sync_period);
+    let inventory = Arc::new(Inventory::new(openstack.clone(), max_age));
     let identity = identity();
     let events = Arc::new(Publisher::new(kube.clone(), "berth-cloud-controller", &identity));
     let start = |stop: CancellationToken| {

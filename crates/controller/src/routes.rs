@@ -44,7 +44,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The region, to read provider IDs.
     pub region: Option<String>,
-    /// How often routes are checked even when no Node changed (routes can be edited by hand).
+    /// How often routes are checked even when no Node changed (routes can be edited by
+    /// hand); zero: only when Nodes change.
     pub period: Duration,
 }
 
@@ -83,20 +84,45 @@ pub async fn run(ctx: Arc<Context>, shutdown: tokio_util::sync::CancellationToke
         () = shutdown.cancelled() => { watching.abort(); return; }
         r = reader.wait_until_ready() => if r.is_err() { watching.abort(); return; },
     }
+    // OpenStack is asked only when what is wanted changes (a Node's pod CIDR, address or
+    // existence; not its heartbeats), after a failure, and every resync period as a safety net
+    // against hand edits of the router. While nothing changes, no call is made.
+    let mut done: Option<BTreeSet<Wanted>> = None;
+    let mut retry = Duration::from_secs(1);
+    let mut last_full = tokio::time::Instant::now();
     loop {
-        // Let a burst of Node changes settle into one pass.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        match reconcile(&reader.state(), &ctx).await {
-            Ok(()) => ctx.metrics.reconcile("route", "ok"),
-            Err(e) => {
-                warn!(error = %e, "route reconcile failed; retrying");
-                ctx.metrics.reconcile("route", e.kind());
+        let want = wanted(&reader.state(), &ctx);
+        let resync = !ctx.period.is_zero() && last_full.elapsed() >= ctx.period;
+        if done.as_ref() != Some(&want) || resync {
+            match reconcile(&reader.state(), &want, &ctx).await {
+                Ok(()) => {
+                    ctx.metrics.reconcile("route", "ok");
+                    done = Some(want);
+                    retry = Duration::from_secs(1);
+                    last_full = tokio::time::Instant::now();
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?retry, "route reconcile failed; retrying");
+                    ctx.metrics.reconcile("route", e.kind());
+                    done = None;
+                }
             }
         }
+        let wait = if done.is_none() {
+            retry = (retry * 2).min(Duration::from_secs(30));
+            retry
+        } else if ctx.period.is_zero() {
+            Duration::from_secs(3600)
+        } else {
+            ctx.period.saturating_sub(last_full.elapsed())
+        };
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = changed.notified() => {}
-            () = tokio::time::sleep(ctx.period) => {}
+            () = changed.notified() => {
+                // Let a burst of Node changes settle into one pass.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            () = tokio::time::sleep(wait) => {}
         }
     }
     watching.abort();
@@ -147,9 +173,8 @@ fn wanted(nodes: &[Arc<Node>], ctx: &Context) -> BTreeSet<Wanted> {
     out
 }
 
-async fn reconcile(nodes: &[Arc<Node>], ctx: &Context) -> Result<(), Error> {
+async fn reconcile(nodes: &[Arc<Node>], wanted: &BTreeSet<Wanted>, ctx: &Context) -> Result<(), Error> {
     let net = ctx.openstack.network();
-    let wanted = wanted(nodes, ctx);
     let router = net.router(&ctx.router_id).await?;
     let present: BTreeSet<(String, String)> = router
         .routes
@@ -191,7 +216,7 @@ async fn reconcile(nodes: &[Arc<Node>], ctx: &Context) -> Result<(), Error> {
     }
     ctx.metrics.set_routes(want.len());
 
-    sync_address_pairs(nodes, &wanted, ctx).await?;
+    sync_address_pairs(nodes, wanted, ctx).await?;
 
     for node in nodes {
         if wanted.iter().any(|w| w.node == node.name_any()) {
@@ -208,7 +233,8 @@ async fn sync_address_pairs(
     wanted: &BTreeSet<Wanted>,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let snap = ctx.inventory.snapshot().await?;
+    // Routes changed because Nodes did: their servers' ports must be current.
+    let snap = ctx.inventory.snapshot_within(Duration::from_secs(1)).await?;
     // port id -> pod CIDRs it should carry
     let mut per_port: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
     for w in wanted {

@@ -11,7 +11,7 @@ mod process;
 mod testbed;
 
 pub use hollow::{HollowNode, HollowNodeOptions};
-pub use process::{CloudController, Frozen, berth_binary, free_port, signal};
+pub use process::{CloudController, Frozen, berth_binary, free_port, openstack_calls, signal};
 pub use testbed::{CloudUser, TenantIds, Testbed};
 
 /// The prefix of every OpenStack and Kubernetes object an e2e test creates.

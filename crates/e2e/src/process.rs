@@ -41,6 +41,15 @@ pub struct CloudController {
     pub log: PathBuf,
 }
 
+/// The sum of every `berth_openstack_api_calls_total` series in a `/metrics` text.
+pub fn openstack_calls(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("berth_openstack_api_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
 impl CloudController {
     /// Starts `berth cloud-controller` on the testbed with `args` after the defaults
     /// (testbed kubeconfig and cloud.conf, metrics on a free loopback port, quick periods).
@@ -55,16 +64,18 @@ impl CloudController {
         if !args.contains(&"--cloud-config") {
             cmd.arg("--cloud-config").arg(&testbed.cloud_conf);
         }
-        cmd.args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
-            .args([
-                "--node-sync-period",
-                "2s",
-                "--openstack-cache-max-age",
-                "1s",
-                "--route-reconcile-period",
-                "2s",
-            ])
-            .args(args)
+        cmd.args(["--metrics-bind-address", &format!("127.0.0.1:{port}")]);
+        // Quick periods for tests, unless the test sets its own.
+        for (flag, value) in [
+            ("--node-sync-period", "2s"),
+            ("--openstack-cache-max-age", "1s"),
+            ("--route-reconcile-period", "2s"),
+        ] {
+            if !args.contains(&flag) {
+                cmd.args([flag, value]);
+            }
+        }
+        cmd.args(args)
             .env("BERTH_LOG", "info,kube=warn")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)

@@ -5,7 +5,9 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use berth_e2e::{CloudController, HollowNode, HollowNodeOptions, Testbed, eventually, unique_name};
+use berth_e2e::{
+    CloudController, HollowNode, HollowNodeOptions, Testbed, eventually, openstack_calls, unique_name,
+};
 use berth_openstack::{Client, network::Route};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -58,6 +60,7 @@ async fn pod_cidrs_become_routes_and_pairs_and_go_with_their_nodes() {
     for i in 0..3 {
         let options = HollowNodeOptions {
             pod_cidr: Some(format!("10.{b}.{i}.0/24")),
+            heartbeat: Duration::from_secs(1),
             ..HollowNodeOptions::default()
         };
         hollow.push(
@@ -87,6 +90,8 @@ async fn pod_cidrs_become_routes_and_pairs_and_go_with_their_nodes() {
             &cluster,
             "--leader-elect-resource-name",
             &lease,
+            "--route-reconcile-period",
+            "0",
         ],
     )
     .unwrap();
@@ -118,6 +123,13 @@ async fn pod_cidrs_become_routes_and_pairs_and_go_with_their_nodes() {
         .await
         .unwrap();
     }
+
+    // Nothing changes but the kubelets' heartbeats (every second here): no OpenStack call.
+    let before = openstack_calls(&ccm.metrics().await.unwrap());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = openstack_calls(&ccm.metrics().await.unwrap());
+    assert!(before > 0.0);
+    assert_eq!(before, after, "OpenStack calls while nothing changed");
 
     // A Node goes (its server stays): its route and its pair go, the others stay.
     let gone = hollow.remove(1);
