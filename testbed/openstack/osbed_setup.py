@@ -192,8 +192,11 @@ def setup_tenant(conn, out_json):
         log('router berth-router attached to berth-subnet')
     # e2e tests run several hollow nodes at once: the default 10 instances is too few
     conn.set_compute_quotas(demo.id, instances=60, cores=120, ram=512000)
-    conn.set_network_quotas(demo.id, port=500, floatingip=100,
-                            security_group=100, router=20)
+    # router_route (routes per router) is a quota in this Neutron, 30 by default: too few
+    # for a 50-node cluster. openstacksdk drops the field, so the raw API sets it.
+    conn.network.put(f'/quotas/{demo.id}', json={'quota': {
+        'port': 500, 'floatingip': 100, 'security_group': 100, 'router': 20,
+        'router_route': 1000}})
     with open(out_json, 'w') as f:
         json.dump({'project_id': demo.id, 'network_id': net.id,
                    'subnet_id': subnet.id, 'router_id': router.id,

@@ -5,6 +5,7 @@
 //! - `test`: every check and test, unit and end-to-end, as CI runs them;
 //! - `leaks`: what e2e tests left in OpenStack or Kubernetes.
 
+mod bench;
 mod demo;
 mod leaks;
 mod paths;
@@ -33,6 +34,11 @@ enum Task {
     Demo,
     /// Run every check and test: format, lints, unit tests, then e2e tests on a fresh testbed.
     Test(test::Options),
+    /// Benchmarks against kube-controller-manager 1.20's in-tree OpenStack provider.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
     /// List what e2e tests left behind in OpenStack and Kubernetes; fails if anything.
     Leaks {
         /// Delete the leftovers instead (after a failed run).
@@ -41,12 +47,31 @@ enum Task {
     },
 }
 
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Node initialisation and pod-network routes for N hollow nodes (builds berth --release).
+    Nodes(bench::Options),
+}
+
 fn main() -> Result<()> {
     berth_openstack::install_crypto_provider();
     match Cli::parse().task {
         Task::Testbed { action } => testbed::run(action),
         Task::Demo => demo::run(),
         Task::Test(options) => test::run(&options),
+        Task::Bench {
+            what: BenchWhat::Nodes(options),
+        } => {
+            run::exec(
+                std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+                    "build",
+                    "--release",
+                    "--package",
+                    "berth",
+                ]),
+            )?;
+            bench::run(&options)
+        }
         Task::Leaks { delete: false } => leaks::report(&leaks::find()?),
         Task::Leaks { delete: true } => leaks::delete(),
     }

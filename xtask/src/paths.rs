@@ -42,3 +42,10 @@ pub(crate) fn venv() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("openstack-venv"))
 }
+
+/// Cargo's target directory (`CARGO_TARGET_DIR`, else `target/` in the repository).
+pub(crate) fn cargo_target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"))
+}

@@ -222,6 +222,12 @@ fn write_private(path: &PathBuf, text: &str) -> Result<()> {
 }
 
 pub(crate) fn down(purge: bool) -> Result<()> {
+    // The demo's cloud controller first: it talks to what is about to stop.
+    if let Some(pid) = crate::demo::ccm_pid() {
+        exec(Command::new("kill").arg(pid.to_string()))?;
+        let _ = fs::remove_file(paths::testbed_dir().join("berth-cloud-controller.pid"));
+        eprintln!("stopped berth cloud-controller (pid {pid})");
+    }
     let mut k = script("kubernetes/down.sh");
     let mut o = script("openstack/down.sh");
     if purge {

@@ -304,6 +304,84 @@ async fn an_openstack_outage_never_deletes_a_node_and_work_resumes_after() {
     b.remove(&os, &kube).await.unwrap();
 }
 
+#[tokio::test]
+async fn a_floating_ip_on_the_nodes_port_becomes_its_external_ip_and_leaves_again() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let name = unique_name("fipnode");
+    let h = HollowNode::create(&tb, &os, &kube, &name, tainted())
+        .await
+        .unwrap();
+    let lease = unique_name("lease");
+    let ccm = CloudController::start(
+        &tb,
+        "fip",
+        &lease_args(&lease).iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let nodes = Api::<Node>::all(kube.clone());
+    let external = |n: &Node| -> Vec<String> {
+        n.status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .map(|a| {
+                a.iter()
+                    .filter(|a| a.type_ == "ExternalIP")
+                    .map(|a| a.address.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    eventually("initialised", WAIT, || async {
+        Ok(
+            (!has_taint(&nodes, &name, "node.cloudprovider.kubernetes.io/uninitialized").await?)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(external(&nodes.get(&name).await.unwrap()).is_empty());
+
+    let port = os
+        .network()
+        .ports(&[("device_id", h.server_id.clone())])
+        .await
+        .unwrap()
+        .remove(0);
+    let fip = os
+        .network()
+        .create_floating_ip(serde_json::json!({
+            "floating_network_id": tb.tenant.public_network_id, "port_id": port.id, "description": name
+        }))
+        .await
+        .unwrap();
+    eventually("the floating IP as ExternalIP", WAIT, || async {
+        Ok(external(&nodes.get(&name).await?)
+            .contains(&fip.floating_ip_address)
+            .then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ccm.log_text()));
+    let n = nodes.get(&name).await.unwrap();
+    let addresses = n.status.unwrap().addresses.unwrap();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == h.internal_ip),
+        "{addresses:?}"
+    );
+
+    os.network().delete_floating_ip(&fip.id).await.unwrap();
+    eventually("the ExternalIP gone", WAIT, || async {
+        Ok(external(&nodes.get(&name).await?).is_empty().then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ccm.log_text()));
+    drop(ccm);
+    h.remove(&os, &kube).await.unwrap();
+}
+
 async fn has_taint(nodes: &Api<Node>, name: &str, key: &str) -> anyhow::Result<bool> {
     Ok(taint_keys(&nodes.get(name).await?).iter().any(|k| k == key))
 }
