@@ -119,12 +119,15 @@ async fn five_hollow_nodes_are_initialised_from_their_servers() {
                 .any(|a| a.type_ == "Hostname" && a.address == h.name),
             "the kubelet's Hostname stays"
         );
-        assert!(
-            node_event_reasons(&kube, &h.name)
-                .await
-                .unwrap()
+        // The event follows the patch that removed the taint.
+        eventually("a NodeInitialized event", WAIT, || async {
+            Ok(node_event_reasons(&kube, &h.name)
+                .await?
                 .contains(&"NodeInitialized".to_owned())
-        );
+                .then_some(()))
+        })
+        .await
+        .unwrap();
     }
     // One server list and one port list serve all nodes: the calls do not grow per node.
     let lists = ccm
