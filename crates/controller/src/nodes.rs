@@ -381,9 +381,11 @@ async fn sync(
 
 impl Context {
     async fn event(&self, node: &Node, kind: EventType, reason: &str, note: String) {
-        self.events
-            .publish(&node.object_ref(&()), kind, reason, &note)
-            .await;
+        // kubelet and kube-controller-manager put the Node's name in the reference's uid, and
+        // `kubectl describe node` looks Events up that way.
+        let mut reference = node.object_ref(&());
+        reference.uid = Some(node.name_any());
+        self.events.publish(&reference, kind, reason, &note).await;
     }
 }
 
