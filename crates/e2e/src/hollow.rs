@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, Result, anyhow};
-use berth_openstack::{Client, compute::NewServer};
+use berth_openstack::Client;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
@@ -75,27 +75,10 @@ impl HollowNode {
         options: HollowNodeOptions,
     ) -> Result<Self> {
         let compute = openstack.compute();
-        let flavor = compute
-            .flavors()
-            .await?
-            .into_iter()
-            .find(|f| f.name == testbed.flavor)
-            .ok_or_else(|| anyhow!("flavor {} not found", testbed.flavor))?;
-        let image = openstack
-            .images_named(&testbed.image)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| anyhow!("image {} not found", testbed.image))?;
+        let mut server = testbed.server_spec(openstack, name).await?;
+        server.metadata = BTreeMap::from([("berth-e2e".to_owned(), "hollow-node".to_owned())]);
         let server_id = compute
-            .create_server(&NewServer {
-                name: name.to_owned(),
-                flavor_ref: flavor.id,
-                image_ref: image.id,
-                networks: vec![json!({ "uuid": testbed.tenant.network_id })],
-                availability_zone: None,
-                metadata: BTreeMap::from([("berth-e2e".to_owned(), "hollow-node".to_owned())]),
-            })
+            .create_server(&server)
             .await
             .with_context(|| format!("creating server {name}"))?;
         match Self::register(testbed, openstack, kube, name, &server_id, options).await {

@@ -146,4 +146,33 @@ impl Testbed {
                 .await?;
         Ok(kube::Client::try_from(config)?)
     }
+
+    /// A server on the cluster network with the testbed's flavor and image, named `name`.
+    pub async fn server_spec(
+        &self,
+        openstack: &Client,
+        name: &str,
+    ) -> Result<berth_openstack::compute::NewServer> {
+        let flavor = openstack
+            .compute()
+            .flavors()
+            .await?
+            .into_iter()
+            .find(|f| f.name == self.flavor)
+            .with_context(|| format!("flavor {} not found", self.flavor))?;
+        let image = openstack
+            .images_named(&self.image)
+            .await?
+            .into_iter()
+            .next()
+            .with_context(|| format!("image {} not found", self.image))?;
+        Ok(berth_openstack::compute::NewServer {
+            name: name.to_owned(),
+            flavor_ref: flavor.id,
+            image_ref: image.id,
+            networks: vec![serde_json::json!({ "uuid": self.tenant.network_id })],
+            availability_zone: None,
+            metadata: Default::default(),
+        })
+    }
 }

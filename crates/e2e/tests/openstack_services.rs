@@ -9,7 +9,6 @@ use std::{collections::BTreeSet, time::Duration};
 use berth_e2e::{Testbed, unique_name};
 use berth_openstack::{
     Client,
-    compute::NewServer,
     load_balancer::{NewHealthMonitor, NewListener, NewLoadBalancer, NewMember, NewPool},
 };
 use serde_json::json;
@@ -135,27 +134,10 @@ async fn a_load_balancer_tree_in_one_call_then_batch_members_then_cascade_delete
 }
 
 async fn boot(tb: &Testbed, os: &Client, name: &str) -> String {
-    let compute = os.compute();
-    let flavor = compute
-        .flavors()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|f| f.name == tb.flavor)
-        .unwrap();
-    let image = os.images_named(&tb.image).await.unwrap().remove(0);
-    let id = compute
-        .create_server(&NewServer {
-            name: name.into(),
-            flavor_ref: flavor.id,
-            image_ref: image.id,
-            networks: vec![json!({ "uuid": tb.tenant.network_id })],
-            availability_zone: Some(tb.availability_zone.clone()),
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    compute.wait_for_status(&id, "ACTIVE", WAIT).await.unwrap();
+    let mut server = tb.server_spec(os, name).await.unwrap();
+    server.availability_zone = Some(tb.availability_zone.clone());
+    let id = os.compute().create_server(&server).await.unwrap();
+    os.compute().wait_for_status(&id, "ACTIVE", WAIT).await.unwrap();
     id
 }
 
