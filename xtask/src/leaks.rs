@@ -1,10 +1,24 @@
 //! What e2e tests left behind: servers, load balancers, networks, ports, floating IPs,
-//! security groups, volumes and Nodes named (or described) `e2e-…`.
+//! security groups, volumes and Nodes named (or described) `e2e-…`, and what berth's service
+//! controller made for e2e clusters (tagged `berth-cluster=e2e-…`, or named
+//! `kube_service_e2e-…`) and e2e Services.
 
 use anyhow::{Result, bail};
 use berth_e2e::{E2E_PREFIX, Testbed};
-use k8s_openapi::api::core::v1::Node;
-use kube::{Api, api::ListParams};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams},
+};
+
+/// Made by berth's service controller for an e2e test's cluster.
+fn e2e_cluster(name: &str, description: &str, tags: &[String]) -> bool {
+    name.starts_with(&format!("kube_service_{E2E_PREFIX}"))
+        || description.contains(&format!("from cluster {E2E_PREFIX}"))
+        || tags
+            .iter()
+            .any(|t| t.starts_with(&format!("berth-cluster={E2E_PREFIX}")))
+}
 
 /// Leftovers, each as `kind name (id)`.
 pub(crate) fn find() -> Result<Vec<String>> {
@@ -20,7 +34,7 @@ pub(crate) fn find() -> Result<Vec<String>> {
             found.push(format!("server {} ({}, {})", s.name, s.id, s.status));
         }
         for lb in os.load_balancer().list(&[]).await? {
-            if lb.name.starts_with(E2E_PREFIX) {
+            if lb.name.starts_with(E2E_PREFIX) || e2e_cluster(&lb.name, &lb.description, &lb.tags) {
                 found.push(format!(
                     "load balancer {} ({}, {})",
                     lb.name, lb.id, lb.provisioning_status
@@ -39,12 +53,12 @@ pub(crate) fn find() -> Result<Vec<String>> {
             }
         }
         for f in net.floating_ips(&[]).await? {
-            if f.description.starts_with(E2E_PREFIX) {
+            if f.description.starts_with(E2E_PREFIX) || e2e_cluster("", &f.description, &f.tags) {
                 found.push(format!("floating IP {} ({})", f.floating_ip_address, f.id));
             }
         }
         for g in net.security_groups(&[]).await? {
-            if g.name.starts_with(E2E_PREFIX) {
+            if g.name.starts_with(E2E_PREFIX) || e2e_cluster(&g.name, &g.description, &g.tags) {
                 found.push(format!("security group {} ({})", g.name, g.id));
             }
         }
@@ -75,6 +89,18 @@ pub(crate) fn find() -> Result<Vec<String>> {
                 found.push(format!("Node {name}"));
             }
         }
+        for s in Api::<Service>::all(tb.kube().await?)
+            .list(&ListParams::default())
+            .await?
+        {
+            let name = s.metadata.name.unwrap_or_default();
+            if name.starts_with(E2E_PREFIX) {
+                found.push(format!(
+                    "Service {}/{name}",
+                    s.metadata.namespace.unwrap_or_default()
+                ));
+            }
+        }
         Ok(found)
     })
 }
@@ -98,8 +124,31 @@ pub(crate) fn delete() -> Result<()> {
         let os = tb.openstack_demo().await?;
         let net = os.network();
         let wait = std::time::Duration::from_secs(120);
+        // Services first (without their finalizer), so no controller re-creates anything.
+        let kube = tb.kube().await?;
+        for s in Api::<Service>::all(kube.clone())
+            .list(&ListParams::default())
+            .await?
+        {
+            let name = s.metadata.name.unwrap_or_default();
+            let ns = s.metadata.namespace.unwrap_or_default();
+            if name.starts_with(E2E_PREFIX) {
+                eprintln!("deleting Service {ns}/{name}");
+                let api = Api::<Service>::namespaced(kube.clone(), &ns);
+                let patch = serde_json::json!({ "metadata": { "finalizers": null } });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                let _ = api.delete(&name, &Default::default()).await;
+            }
+        }
+        for f in net.floating_ips(&[]).await? {
+            if e2e_cluster("", &f.description, &f.tags) {
+                eprintln!("deleting floating IP {}", f.floating_ip_address);
+                net.delete_floating_ip(&f.id).await?;
+            }
+        }
         for lb in os.load_balancer().list(&[]).await? {
-            if lb.name.starts_with(E2E_PREFIX) {
+            if lb.name.starts_with(E2E_PREFIX) || e2e_cluster(&lb.name, &lb.description, &lb.tags) {
                 eprintln!("deleting load balancer {} ({})", lb.name, lb.id);
                 os.load_balancer().delete(&lb.id, true).await?;
                 os.load_balancer().wait_deleted(&lb.id, wait).await?;
@@ -133,7 +182,7 @@ pub(crate) fn delete() -> Result<()> {
             }
         }
         for g in net.security_groups(&[]).await? {
-            if g.name.starts_with(E2E_PREFIX) {
+            if g.name.starts_with(E2E_PREFIX) || e2e_cluster(&g.name, &g.description, &g.tags) {
                 eprintln!("deleting security group {}", g.name);
                 net.delete_security_group(&g.id).await?;
             }

@@ -4,6 +4,7 @@
 //! to the subcommand's module.
 
 mod check;
+mod gc;
 
 use std::process::ExitCode;
 
@@ -29,8 +30,11 @@ enum Command {
     /// Validate a cloud.conf, log in, and tell which berth features this cloud supports.
     Check(check::Args),
     /// Run the cloud controller (for kubelets with --cloud-provider=external): node
-    /// initialisation and lifecycle, and pod-network routes.
+    /// initialisation and lifecycle, pod-network routes and LoadBalancer Services.
     CloudController(Box<berth_controller::process::Args>),
+    /// Delete the load balancers, floating IPs and security groups berth made for Services
+    /// that no longer exist.
+    Gc(gc::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Check(args) => runtime.block_on(check::run(args)),
+        Command::Gc(args) => runtime.block_on(gc::run(args)),
         Command::CloudController(args) => runtime
             .block_on(berth_controller::process::run(*args))
             .map(|()| ExitCode::SUCCESS),

@@ -4,6 +4,8 @@
 //!   lifecycle (shutdown taint, deletion of Nodes whose server is gone) from Nova;
 //! - [`routes`]: pod-network routes on a Neutron router, and the pod CIDRs on node ports'
 //!   allowed address pairs;
+//! - [`services`]: LoadBalancer Services on Octavia, with floating IPs, and the garbage
+//!   collector for what their Services left behind;
 //! - [`leader`]: leader election on a Lease, so replicas never both reconcile;
 //! - [`process`]: the process: flags, clients, health and metrics endpoints, shutdown.
 
@@ -16,6 +18,7 @@ pub mod nodes;
 pub mod process;
 pub mod provider_id;
 pub mod routes;
+pub mod services;
 
 pub use metrics::Metrics;
 

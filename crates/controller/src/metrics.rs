@@ -2,7 +2,7 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
@@ -15,13 +15,41 @@ pub(crate) struct ReconcileLabels {
     pub result: String,
 }
 
+/// Labels of a load balancer operation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OperationLabels {
+    /// `ensure`, `update` (members only) or `delete`.
+    pub operation: String,
+    /// `ok`, or the error's kind.
+    pub result: String,
+}
+
+fn operation_histogram() -> Histogram {
+    Histogram::new([0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0])
+}
+
 /// Counters and gauges.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     node_deletions: Counter,
     routes: Gauge,
     leader: Gauge,
+    lb_operations: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    gc_deletions: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            reconciles: Family::default(),
+            node_deletions: Counter::default(),
+            routes: Gauge::default(),
+            leader: Gauge::default(),
+            lb_operations: Family::new_with_constructor(operation_histogram),
+            gc_deletions: Counter::default(),
+        }
+    }
 }
 
 impl Metrics {
@@ -43,6 +71,31 @@ impl Metrics {
             self.routes.clone(),
         );
         registry.register("leader", "1 while this replica leads", self.leader.clone());
+        registry.register(
+            "loadbalancer_operation_seconds",
+            "Load balancer operations (ensure, update, delete) by result, and how long they took",
+            self.lb_operations.clone(),
+        );
+        registry.register(
+            "gc_deletions",
+            "OpenStack objects the garbage collector deleted because their Service was gone",
+            self.gc_deletions.clone(),
+        );
+    }
+
+    /// Records one load balancer operation.
+    pub fn lb_operation(&self, operation: &str, result: &str, took: std::time::Duration) {
+        self.lb_operations
+            .get_or_create(&OperationLabels {
+                operation: operation.into(),
+                result: result.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts objects the garbage collector deleted.
+    pub fn gc_deleted(&self, n: usize) {
+        self.gc_deletions.inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
     /// Counts one reconcile.

@@ -21,7 +21,7 @@ use crate::{
     events::Publisher,
     inventory::Inventory,
     leader::{Elector, Outcome, Settings},
-    nodes, routes,
+    nodes, routes, services,
 };
 
 /// Flag durations are Go durations, as in cloud.conf: `15s`, `2m`, `500ms`, `0`.
@@ -60,7 +60,7 @@ pub struct Args {
     #[arg(long, default_value = "kube-system")]
     pub leader_elect_resource_namespace: String,
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out
-    /// (cloud-node, cloud-node-lifecycle, route).
+    /// (cloud-node, cloud-node-lifecycle, route, service).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
     /// The cluster's pod CIDRs (comma-separated): routes inside them are berth's.
@@ -79,6 +79,18 @@ pub struct Args {
     /// router (0: never; Node changes are acted on at once either way).
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub route_reconcile_period: Duration,
+    /// How many Services are reconciled at once (each load balancer still sees one operation
+    /// at a time).
+    #[arg(long, default_value_t = 20)]
+    pub concurrent_service_syncs: u16,
+    /// The `spec.loadBalancerClass` berth serves besides Services without a class (by
+    /// default berth serves only Services without one).
+    #[arg(long)]
+    pub load_balancer_class: Option<String>,
+    /// How often to sweep for load balancers, floating IPs and security groups whose Service
+    /// is gone (besides at start-up; 0: only at start-up).
+    #[arg(long, default_value = "30m", value_parser = duration)]
+    pub load_balancer_gc_period: Duration,
     /// The longest a server and port list is reused before it is taken again (default: the
     /// node sync period, so an idle cluster costs one server list and one port list per period).
     #[arg(long, value_parser = duration)]
@@ -116,6 +128,22 @@ fn fastrand_char() -> char {
     std::char::from_digit(n, 36).unwrap_or('x')
 }
 
+/// A Kubernetes client from a kubeconfig, or in-cluster without one.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let cfg =
+                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+            kube::Client::try_from(cfg)?
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("no --kubeconfig, and not running in a cluster")?,
+    })
+}
+
 /// Runs the cloud controller until a signal (Ok) or a lost Lease (Err).
 pub async fn run(args: Args) -> Result<()> {
     let config = CloudConfig::load(&args.cloud_config)?;
@@ -127,18 +155,7 @@ pub async fn run(args: Args) -> Result<()> {
     options.metrics = api_metrics.clone();
     options.user_agent = format!("berth-cloud-controller/{}", env!("CARGO_PKG_VERSION"));
     let openstack = berth_openstack::Client::new(credentials, options)?;
-    let kube = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let cfg =
-                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
-            kube::Client::try_from(cfg)?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("no --kubeconfig, and not running in a cluster")?,
-    };
+    let kube = kube_client(args.kubeconfig.as_deref()).await?;
     let cluster_cidrs: Vec<IpNet> = args
         .cluster_cidr
         .iter()
@@ -156,6 +173,7 @@ pub async fn run(args: Args) -> Result<()> {
         );
     }
 
+    let services_wanted = args.enabled("service") && config.load_balancer.enabled;
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::with_prefix("berth");
     api_metrics.register(&mut registry);
@@ -186,6 +204,20 @@ pub async fn run(args: Args) -> Result<()> {
                 sync_period: args.node_sync_period,
             });
             tasks.push(tokio::spawn(nodes::run(ctx, stop.clone())));
+        }
+        if services_wanted {
+            let ctx = Arc::new(services::Context {
+                kube: kube.clone(),
+                openstack: openstack.clone(),
+                config: config.clone(),
+                cluster_name: args.cluster_name.clone(),
+                class: args.load_balancer_class.clone(),
+                events: events.clone(),
+                metrics: metrics.clone(),
+                concurrency: args.concurrent_service_syncs.max(1),
+                gc_period: args.load_balancer_gc_period,
+            });
+            tasks.push(tokio::spawn(services::run(ctx, stop.clone())));
         }
         if routes_wanted {
             let (kube, openstack, inventory, metrics, config) = (

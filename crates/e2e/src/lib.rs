@@ -8,6 +8,7 @@
 
 mod hollow;
 mod process;
+pub mod services;
 mod testbed;
 
 pub use hollow::{HollowNode, HollowNodeOptions};

@@ -83,12 +83,82 @@ pub struct Listener {
     /// The source CIDRs allowed (empty: everyone).
     #[serde(default)]
     pub allowed_cidrs: Option<Vec<String>>,
+    /// Milliseconds of client inactivity.
+    #[serde(default)]
+    pub timeout_client_data: Option<u32>,
+    /// Milliseconds to connect to a member.
+    #[serde(default)]
+    pub timeout_member_connect: Option<u32>,
+    /// Milliseconds of member inactivity.
+    #[serde(default)]
+    pub timeout_member_data: Option<u32>,
+    /// Milliseconds to wait for more TCP data.
+    #[serde(default)]
+    pub timeout_tcp_inspect: Option<u32>,
+    /// Headers inserted, e.g. `{"X-Forwarded-For": "true"}`.
+    #[serde(default)]
+    pub insert_headers: Option<Value>,
     /// `ACTIVE`, `PENDING_*`, `ERROR`.
     #[serde(default)]
     pub provisioning_status: String,
     /// Tags.
     #[serde(default)]
     pub tags: Vec<String>,
+}
+
+/// A load balancer with its whole tree, as a fully populated create answers it.
+#[derive(Debug, Clone)]
+pub struct LoadBalancerTree {
+    /// The load balancer.
+    pub loadbalancer: LoadBalancer,
+    /// Its listeners.
+    pub listeners: Vec<Listener>,
+    /// Its pools, with their members and monitors.
+    pub pools: Vec<PoolTree>,
+}
+
+/// A pool with its members and health monitor.
+#[derive(Debug, Clone)]
+pub struct PoolTree {
+    /// The pool.
+    pub pool: Pool,
+    /// Its members.
+    pub members: Vec<Member>,
+    /// Its health monitor.
+    pub healthmonitor: Option<HealthMonitor>,
+}
+
+impl LoadBalancerTree {
+    /// Reads Octavia's full answer: the children are whole objects, not only ids.
+    fn from_value(v: &Value) -> std::result::Result<Self, serde_json::Error> {
+        let field = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+        let loadbalancer: LoadBalancer = serde_json::from_value(v.clone())?;
+        let listeners: Vec<Listener> = match field(v, "listeners") {
+            Value::Null => Vec::new(),
+            l => serde_json::from_value(l)?,
+        };
+        let mut pools = Vec::new();
+        if let Some(items) = v.get("pools").and_then(Value::as_array) {
+            for p in items {
+                pools.push(PoolTree {
+                    pool: serde_json::from_value(p.clone())?,
+                    members: match field(p, "members") {
+                        Value::Null => Vec::new(),
+                        m => serde_json::from_value(m)?,
+                    },
+                    healthmonitor: match field(p, "healthmonitor") {
+                        Value::Null => None,
+                        m => Some(serde_json::from_value(m)?),
+                    },
+                });
+            }
+        }
+        Ok(Self {
+            loadbalancer,
+            listeners,
+            pools,
+        })
+    }
 }
 
 /// A pool.
@@ -166,6 +236,9 @@ pub struct HealthMonitor {
     /// The HTTP path checked.
     #[serde(default)]
     pub url_path: Option<String>,
+    /// The pool it checks.
+    #[serde(default)]
+    pub pools: Vec<IdRef>,
 }
 
 /// What a new load balancer should be, with its tree when `listeners` is not empty.
@@ -336,6 +409,20 @@ impl LoadBalancing<'_> {
         self.client
             .post_one(Service::LoadBalancer, "lbaas/loadbalancers", "loadbalancer", lb)
             .await
+    }
+
+    /// Creates a load balancer with its whole tree in one call and returns the tree as
+    /// Octavia made it (ids of every listener, pool, member and monitor included).
+    pub async fn create_tree(&self, lb: &NewLoadBalancer) -> Result<LoadBalancerTree> {
+        let v: Value = self
+            .client
+            .post_one(Service::LoadBalancer, "lbaas/loadbalancers", "loadbalancer", lb)
+            .await?;
+        LoadBalancerTree::from_value(&v).map_err(|e| Error::Invalid {
+            what: "Octavia's answer to a load balancer create",
+            value: String::new(),
+            reason: e.to_string(),
+        })
     }
 
     /// One load balancer by id.
@@ -517,6 +604,18 @@ impl LoadBalancing<'_> {
                 Service::LoadBalancer,
                 &format!("lbaas/healthmonitors/{id}"),
                 "healthmonitor",
+            )
+            .await
+    }
+
+    /// Changes a health monitor's fields, e.g. `{"delay": 10}`.
+    pub async fn update_health_monitor(&self, id: &str, fields: Value) -> Result<HealthMonitor> {
+        self.client
+            .put_one(
+                Service::LoadBalancer,
+                &format!("lbaas/healthmonitors/{id}"),
+                "healthmonitor",
+                fields,
             )
             .await
     }

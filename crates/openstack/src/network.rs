@@ -42,6 +42,9 @@ pub struct Subnet {
     pub cidr: String,
     /// 4 or 6.
     pub ip_version: u8,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// An IP address on a port.

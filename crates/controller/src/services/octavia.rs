@@ -1,0 +1,989 @@
+//! Making Octavia and Neutron match a [`Desired`], with as few calls as the change needs.
+//!
+//! A new Service's load balancer is made in one fully populated call and its floating IP in
+//! one more. What berth applied is kept ([`Applied`]), so later changes are a diff against
+//! it: a Node joining costs one batch member update per pool, and nothing changing costs
+//! nothing. A load balancer berth does not know yet (after a restart, or one made by
+//! kube-controller-manager's in-tree provider) is read once and adopted in place.
+//!
+//! Ownership: berth deletes a load balancer only if it is this Service's by name (upstream's
+//! or the in-tree provider's) or by berth's Service tag, and a floating IP only if berth (or
+//! upstream, by its description) allocated it for this Service.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use berth_openstack::{
+    Client,
+    load_balancer::{
+        HealthMonitor, Listener, LoadBalancer, LoadBalancerTree, Member, NewHealthMonitor, NewListener,
+        NewLoadBalancer, NewMember, NewPool, Pool,
+    },
+    network::FloatingIp,
+};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use super::desired::{
+    Desired, ListenerSpec, MemberSpec, MonitorSpec, PoolSpec, PortSpec, floating_ip_description, service_tag,
+};
+use crate::Error;
+
+/// How long a load balancer may take to become ACTIVE (upstream allows about 5 minutes).
+const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a delete may take.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A listener berth knows, with its pool and monitor ids and their settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedPort {
+    /// The listener.
+    pub listener_id: String,
+    /// Its default pool.
+    pub pool_id: Option<String>,
+    /// The pool's monitor.
+    pub monitor_id: Option<String>,
+    /// The settings as they are in Octavia.
+    pub spec: PortSpec,
+}
+
+/// A floating IP berth knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedFloatingIp {
+    /// Its id.
+    pub id: String,
+    /// Its address.
+    pub address: String,
+    /// berth (or upstream) allocated it for this Service.
+    pub ours: bool,
+}
+
+/// A load balancer as berth last left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The load balancer.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Whether it is this Service's (berth may delete it whole, attach floating IPs).
+    pub owned: bool,
+    /// The VIP address.
+    pub vip_address: String,
+    /// The VIP port.
+    pub vip_port_id: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// The Service's listeners on it.
+    pub ports: Vec<AppliedPort>,
+    /// The floating IP on the VIP.
+    pub floating_ip: Option<AppliedFloatingIp>,
+    /// Whether the floating IP was looked for (a load balancer made by others may have one).
+    pub floating_ip_known: bool,
+}
+
+impl Applied {
+    /// The address clients use: the floating IP, else the VIP.
+    pub fn address(&self) -> &str {
+        self.floating_ip
+            .as_ref()
+            .map_or(self.vip_address.as_str(), |f| f.address.as_str())
+    }
+}
+
+/// What to tell the Service about a change that could not be made as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The event reason.
+    pub reason: &'static str,
+    /// The message.
+    pub message: String,
+}
+
+fn is_gone(lb: &LoadBalancer) -> bool {
+    matches!(lb.provisioning_status.as_str(), "DELETED" | "PENDING_DELETE")
+}
+
+/// Whether `lb` is this Service's own load balancer.
+pub fn owns(desired_name: &str, legacy_name: &str, uid: &str, lb: &LoadBalancer) -> bool {
+    lb.name == desired_name || lb.name == legacy_name || lb.tags.contains(&service_tag(uid))
+}
+
+/// Finds the Service's load balancer: by `existing_id`, else by upstream's name, else by the
+/// in-tree provider's. Two live ones of one name are an error (a human must choose).
+pub async fn find(
+    os: &Client,
+    name: &str,
+    legacy_name: &str,
+    existing_id: Option<&str>,
+) -> Result<Option<LoadBalancer>, Error> {
+    if let Some(id) = existing_id {
+        match os.load_balancer().get(id).await {
+            Ok(lb) if !is_gone(&lb) => return Ok(Some(lb)),
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for n in [name, legacy_name] {
+        let found: Vec<LoadBalancer> = os
+            .load_balancer()
+            .list(&[("name", n.to_owned())])
+            .await?
+            .into_iter()
+            .filter(|lb| !is_gone(lb))
+            .collect();
+        match found.len() {
+            0 => {}
+            1 => return Ok(found.into_iter().next()),
+            _ => {
+                let ids: Vec<&str> = found.iter().map(|l| l.id.as_str()).collect();
+                return Err(Error::Invalid(format!(
+                    "{} load balancers are named {n:?} ({}): delete the extra ones by hand",
+                    found.len(),
+                    ids.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn timeouts_of(l: &Listener) -> Option<[u32; 4]> {
+    Some([
+        l.timeout_client_data?,
+        l.timeout_member_connect?,
+        l.timeout_member_data?,
+        l.timeout_tcp_inspect?,
+    ])
+}
+
+fn xff_of(l: &Listener) -> bool {
+    l.insert_headers
+        .as_ref()
+        .and_then(|h| h.get("X-Forwarded-For"))
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+fn observed_port(
+    l: &Listener,
+    pool: Option<&Pool>,
+    members: &[Member],
+    monitor: Option<&HealthMonitor>,
+    want: Option<&PortSpec>,
+) -> AppliedPort {
+    let mut allowed = l.allowed_cidrs.clone().unwrap_or_default();
+    allowed.sort();
+    if allowed == ["0.0.0.0/0"] {
+        allowed.clear();
+    }
+    // Timeouts on UDP listeners are not berth's to manage; compare them as berth wants them.
+    let timeouts = match want {
+        Some(w) if w.listener.timeouts.is_none() => None,
+        _ => timeouts_of(l),
+    };
+    AppliedPort {
+        listener_id: l.id.clone(),
+        pool_id: pool.map(|p| p.id.clone()),
+        monitor_id: monitor.map(|m| m.id.clone()),
+        spec: PortSpec {
+            listener: ListenerSpec {
+                protocol: l.protocol.clone(),
+                port: l.protocol_port,
+                connection_limit: l.connection_limit,
+                allowed_cidrs: allowed,
+                timeouts,
+                x_forwarded_for: xff_of(l),
+            },
+            pool: PoolSpec {
+                protocol: pool.map(|p| p.protocol.clone()).unwrap_or_default(),
+                lb_algorithm: pool.map(|p| p.lb_algorithm.clone()).unwrap_or_default(),
+                persistence: pool
+                    .and_then(|p| p.session_persistence.as_ref())
+                    .and_then(|s| s.get("type"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            },
+            members: members
+                .iter()
+                .map(|m| MemberSpec {
+                    address: m.address.clone(),
+                    port: m.protocol_port,
+                    monitor_port: m.monitor_port,
+                    name: m.name.clone(),
+                })
+                .collect(),
+            monitor: monitor.map(|m| MonitorSpec {
+                kind: m.kind.clone(),
+                delay: m.delay,
+                timeout: m.timeout,
+                max_retries: m.max_retries,
+                max_retries_down: m.max_retries_down,
+                url_path: m.url_path.clone().filter(|_| m.kind.starts_with("HTTP")),
+            }),
+        },
+    }
+}
+
+fn applied_from(lb: &LoadBalancer, owned: bool, ports: Vec<AppliedPort>) -> Applied {
+    Applied {
+        id: lb.id.clone(),
+        name: lb.name.clone(),
+        owned,
+        vip_address: lb.vip_address.clone(),
+        vip_port_id: lb.vip_port_id.clone(),
+        tags: lb.tags.clone(),
+        ports,
+        floating_ip: None,
+        floating_ip_known: false,
+    }
+}
+
+/// Reads a load balancer's listeners (the Service's only, on a shared one) with their pools,
+/// members and monitors.
+pub async fn read(os: &Client, lb: &LoadBalancer, owned: bool, desired: &Desired) -> Result<Applied, Error> {
+    let octavia = os.load_balancer();
+    let by_lb = [("loadbalancer_id", lb.id.clone())];
+    let listeners = octavia.listeners(&by_lb).await?;
+    let pools = octavia.pools(&by_lb).await?;
+    let tag = service_tag(&desired.uid);
+    let mut ports = Vec::new();
+    for l in listeners {
+        if !owned && !l.tags.contains(&tag) {
+            continue;
+        }
+        let pool = l
+            .default_pool_id
+            .as_ref()
+            .and_then(|id| pools.iter().find(|p| &p.id == id));
+        let members = match pool {
+            Some(p) => octavia.members(&p.id).await?,
+            None => Vec::new(),
+        };
+        let monitor = match pool.and_then(|p| p.healthmonitor_id.as_deref()) {
+            Some(id) => Some(octavia.health_monitor(id).await?),
+            None => None,
+        };
+        let want = desired
+            .ports
+            .iter()
+            .find(|w| w.listener.port == l.protocol_port && w.listener.protocol == l.protocol);
+        ports.push(observed_port(&l, pool, &members, monitor.as_ref(), want));
+    }
+    Ok(applied_from(lb, owned, ports))
+}
+
+fn new_members(desired: &Desired, port: &PortSpec) -> Vec<NewMember> {
+    port.members
+        .iter()
+        .map(|m| NewMember {
+            name: m.name.clone(),
+            address: m.address.clone(),
+            protocol_port: m.port,
+            subnet_id: desired.member_subnet_id.clone(),
+            monitor_port: m.monitor_port,
+        })
+        .collect()
+}
+
+fn new_monitor(name: &str, m: &MonitorSpec) -> NewHealthMonitor {
+    NewHealthMonitor {
+        name: name.into(),
+        kind: m.kind.clone(),
+        delay: m.delay,
+        timeout: m.timeout,
+        max_retries: m.max_retries,
+        max_retries_down: Some(m.max_retries_down),
+        url_path: m.url_path.clone(),
+        pool_id: None,
+    }
+}
+
+fn persistence(p: &PoolSpec) -> Option<Value> {
+    p.persistence.as_ref().map(|t| json!({ "type": t }))
+}
+
+fn new_pool(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -> NewPool {
+    NewPool {
+        name: format!("pool_{index}_{}", desired.name),
+        protocol: port.pool.protocol.clone(),
+        lb_algorithm: port.pool.lb_algorithm.clone(),
+        listener_id: None,
+        session_persistence: persistence(&port.pool),
+        tags: tags.to_vec(),
+        members: new_members(desired, port),
+        healthmonitor: port
+            .monitor
+            .as_ref()
+            .map(|m| new_monitor(&format!("monitor_{index}_{}", desired.name), m)),
+    }
+}
+
+fn new_listener(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -> NewListener {
+    let l = &port.listener;
+    NewListener {
+        name: format!("listener_{index}_{}", desired.name),
+        protocol: l.protocol.clone(),
+        protocol_port: l.port,
+        loadbalancer_id: None,
+        connection_limit: Some(l.connection_limit),
+        allowed_cidrs: l.allowed_cidrs.clone(),
+        timeout_client_data: l.timeouts.map(|t| t[0]),
+        timeout_member_connect: l.timeouts.map(|t| t[1]),
+        timeout_member_data: l.timeouts.map(|t| t[2]),
+        timeout_tcp_inspect: l.timeouts.map(|t| t[3]),
+        insert_headers: l.x_forwarded_for.then(|| json!({ "X-Forwarded-For": "true" })),
+        tags: tags.to_vec(),
+        default_pool: Some(new_pool(desired, index, port, tags)),
+    }
+}
+
+fn listener_fields(l: &ListenerSpec) -> Value {
+    let mut v = json!({
+        "connection_limit": l.connection_limit,
+        "allowed_cidrs": if l.allowed_cidrs.is_empty() { Value::Null } else { json!(l.allowed_cidrs) },
+    });
+    if let Some(t) = l.timeouts {
+        v["timeout_client_data"] = json!(t[0]);
+        v["timeout_member_connect"] = json!(t[1]);
+        v["timeout_member_data"] = json!(t[2]);
+        v["timeout_tcp_inspect"] = json!(t[3]);
+    }
+    v
+}
+
+/// Creates the whole load balancer in one call; the answer carries every id.
+pub async fn create(os: &Client, desired: &Desired, vip_subnet: Option<String>) -> Result<Applied, Error> {
+    let lb = NewLoadBalancer {
+        name: desired.name.clone(),
+        description: desired.description.clone(),
+        vip_subnet_id: vip_subnet
+            .or_else(|| desired.vip.subnet_id.clone())
+            .unwrap_or_default(),
+        vip_network_id: desired.vip.network_id.clone(),
+        vip_port_id: desired.vip.port_id.clone(),
+        vip_address: desired.vip.address.clone(),
+        flavor_id: desired.flavor_id.clone(),
+        availability_zone: desired.availability_zone.clone(),
+        provider: desired.provider.clone(),
+        tags: desired.tags.clone(),
+        listeners: desired
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| new_listener(desired, i, p, &desired.tags))
+            .collect(),
+    };
+    let tree: LoadBalancerTree = os.load_balancer().create_tree(&lb).await?;
+    info!(service = %desired.service, lb = %tree.loadbalancer.id, "load balancer created");
+    let ports = tree
+        .listeners
+        .iter()
+        .map(|l| {
+            let pool = tree
+                .pools
+                .iter()
+                .find(|p| l.default_pool_id.as_deref() == Some(p.pool.id.as_str()));
+            let want = desired
+                .ports
+                .iter()
+                .find(|w| w.listener.port == l.protocol_port && w.listener.protocol == l.protocol);
+            observed_port(
+                l,
+                pool.map(|p| &p.pool),
+                pool.map_or(&[][..], |p| &p.members),
+                pool.and_then(|p| p.healthmonitor.as_ref()),
+                want,
+            )
+        })
+        .collect();
+    let mut applied = applied_from(&tree.loadbalancer, true, ports);
+    // A new VIP port has no floating IP yet.
+    applied.floating_ip_known = true;
+    Ok(applied)
+}
+
+/// Waits for ACTIVE: a first look after the time Octavia usually needs, then a capped,
+/// jittered backoff, so many load balancers do not poll in step.
+pub async fn wait_active(os: &Client, id: &str) -> Result<LoadBalancer, Error> {
+    tokio::time::sleep(Duration::from_millis(400 + fastrand::u64(0..200))).await;
+    Ok(os.load_balancer().wait_active(id, ACTIVE_TIMEOUT).await?)
+}
+
+/// One change to make on a load balancer (each makes it PENDING_UPDATE for a moment).
+#[derive(Debug)]
+enum Step {
+    AddListener(usize),
+    RemoveListener(Box<AppliedPort>),
+    UpdateListener(usize, String),
+    ReplacePool(usize, String),
+    AddPool(usize, String),
+    UpdatePool(usize, String),
+    Members(usize, String),
+    AddMonitor(usize, String),
+    RemoveMonitor(String),
+    UpdateMonitor(usize, String),
+    Tags,
+}
+
+fn plan(desired: &Desired, applied: &Applied) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if applied.owned && !desired.tags.is_empty() {
+        let have: BTreeSet<&String> = applied.tags.iter().collect();
+        if desired.tags.iter().any(|t| !have.contains(t)) {
+            steps.push(Step::Tags);
+        }
+    }
+    let mut matched = BTreeSet::new();
+    for (i, want) in desired.ports.iter().enumerate() {
+        let have = applied.ports.iter().find(|p| {
+            p.spec.listener.port == want.listener.port && p.spec.listener.protocol == want.listener.protocol
+        });
+        let Some(have) = have else {
+            steps.push(Step::AddListener(i));
+            continue;
+        };
+        matched.insert(have.listener_id.clone());
+        let (hl, wl) = (&have.spec.listener, &want.listener);
+        if hl.connection_limit != wl.connection_limit
+            || hl.allowed_cidrs != wl.allowed_cidrs
+            || (wl.timeouts.is_some() && hl.timeouts != wl.timeouts)
+        {
+            steps.push(Step::UpdateListener(i, have.listener_id.clone()));
+        }
+        let Some(pool_id) = have.pool_id.clone() else {
+            steps.push(Step::AddPool(i, have.listener_id.clone()));
+            continue;
+        };
+        if have.spec.pool.protocol != want.pool.protocol {
+            steps.push(Step::ReplacePool(i, pool_id));
+            continue;
+        }
+        if have.spec.pool.lb_algorithm != want.pool.lb_algorithm
+            || have.spec.pool.persistence != want.pool.persistence
+        {
+            steps.push(Step::UpdatePool(i, pool_id.clone()));
+        }
+        let key = |m: &MemberSpec| (m.address.clone(), m.port, m.monitor_port);
+        let have_members: BTreeSet<_> = have.spec.members.iter().map(key).collect();
+        let want_members: BTreeSet<_> = want.members.iter().map(key).collect();
+        if have_members != want_members {
+            steps.push(Step::Members(i, pool_id.clone()));
+        }
+        match (&have.spec.monitor, &want.monitor, &have.monitor_id) {
+            (None, Some(_), _) | (Some(_), Some(_), None) => steps.push(Step::AddMonitor(i, pool_id)),
+            (Some(_), None, Some(id)) => steps.push(Step::RemoveMonitor(id.clone())),
+            (Some(h), Some(w), Some(id)) if h.kind != w.kind || h.url_path != w.url_path => {
+                steps.push(Step::RemoveMonitor(id.clone()));
+                steps.push(Step::AddMonitor(i, pool_id));
+            }
+            (Some(h), Some(w), Some(id)) if h != w => steps.push(Step::UpdateMonitor(i, id.clone())),
+            _ => {}
+        }
+    }
+    for p in &applied.ports {
+        if !matched.contains(&p.listener_id) {
+            steps.push(Step::RemoveListener(Box::new(p.clone())));
+        }
+    }
+    steps
+}
+
+/// Makes the load balancer's listeners, pools, members and monitors match `desired`, one
+/// step at a time (Octavia takes one change at a time per load balancer), waiting for ACTIVE
+/// between steps but not after the last.
+pub async fn update(os: &Client, desired: &Desired, applied: &mut Applied) -> Result<usize, Error> {
+    let steps = plan(desired, applied);
+    if steps.is_empty() {
+        return Ok(0);
+    }
+    let octavia = os.load_balancer();
+    let lb_status = octavia.get(&applied.id).await;
+    match lb_status {
+        Ok(lb) if lb.provisioning_status != "ACTIVE" => {
+            wait_active(os, &applied.id).await?;
+        }
+        Ok(_) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let tags: Vec<String> = if applied.owned {
+        desired.tags.clone()
+    } else {
+        vec![service_tag(&desired.uid)]
+    };
+    let count = steps.len();
+    for (n, step) in steps.into_iter().enumerate() {
+        if n > 0 {
+            wait_active(os, &applied.id).await?;
+        }
+        debug!(service = %desired.service, ?step, "load balancer step");
+        match step {
+            Step::Tags => {
+                let mut all: Vec<String> = applied.tags.clone();
+                for t in &desired.tags {
+                    if !all.contains(t) {
+                        all.push(t.clone());
+                    }
+                }
+                let lb = octavia.update(&applied.id, json!({ "tags": all })).await?;
+                applied.tags = lb.tags;
+            }
+            Step::AddListener(i) => {
+                let mut l = new_listener(desired, i, &desired.ports[i], &tags);
+                l.loadbalancer_id = Some(applied.id.clone());
+                let made = octavia.create_listener(&l).await?;
+                // The pool was made with it; its ids are read back once, when next needed.
+                let pools = octavia.pools(&[("loadbalancer_id", applied.id.clone())]).await?;
+                let pool = pools
+                    .iter()
+                    .find(|p| made.default_pool_id.as_deref() == Some(p.id.as_str()));
+                let spec = desired.ports[i].clone();
+                applied.ports.push(AppliedPort {
+                    listener_id: made.id.clone(),
+                    pool_id: pool.map(|p| p.id.clone()),
+                    monitor_id: pool.and_then(|p| p.healthmonitor_id.clone()),
+                    spec,
+                });
+            }
+            Step::RemoveListener(p) => {
+                if let Some(pool) = &p.pool_id {
+                    octavia.delete_pool(pool).await?;
+                    wait_active(os, &applied.id).await?;
+                }
+                octavia.delete_listener(&p.listener_id).await?;
+                applied.ports.retain(|x| x.listener_id != p.listener_id);
+            }
+            Step::UpdateListener(i, id) => {
+                octavia
+                    .update_listener(&id, listener_fields(&desired.ports[i].listener))
+                    .await?;
+                set_port(applied, &id, |p| {
+                    p.spec.listener = desired.ports[i].listener.clone()
+                });
+            }
+            Step::ReplacePool(i, pool_id) => {
+                octavia.delete_pool(&pool_id).await?;
+                wait_active(os, &applied.id).await?;
+                let listener_id = listener_of(applied, &pool_id);
+                add_pool(os, desired, i, &listener_id, &tags, applied).await?;
+            }
+            Step::AddPool(i, listener_id) => {
+                add_pool(os, desired, i, &listener_id, &tags, applied).await?;
+            }
+            Step::UpdatePool(i, id) => {
+                let p = &desired.ports[i].pool;
+                octavia
+                    .update_pool(
+                        &id,
+                        json!({
+                            "lb_algorithm": p.lb_algorithm,
+                            "session_persistence": persistence(p),
+                        }),
+                    )
+                    .await?;
+                set_pool(applied, &id, |a| a.spec.pool = p.clone());
+            }
+            Step::Members(i, id) => {
+                octavia
+                    .batch_update_members(&id, &new_members(desired, &desired.ports[i]))
+                    .await?;
+                set_pool(applied, &id, |a| {
+                    a.spec.members = desired.ports[i].members.clone()
+                });
+            }
+            Step::AddMonitor(i, pool_id) => {
+                let Some(m) = &desired.ports[i].monitor else {
+                    continue;
+                };
+                let mut new = new_monitor(&format!("monitor_{i}_{}", desired.name), m);
+                new.pool_id = Some(pool_id.clone());
+                let made = octavia.create_health_monitor(&new).await?;
+                set_pool(applied, &pool_id, |a| {
+                    a.monitor_id = Some(made.id.clone());
+                    a.spec.monitor = Some(m.clone());
+                });
+            }
+            Step::RemoveMonitor(id) => {
+                octavia.delete_health_monitor(&id).await?;
+                for p in &mut applied.ports {
+                    if p.monitor_id.as_deref() == Some(id.as_str()) {
+                        p.monitor_id = None;
+                        p.spec.monitor = None;
+                    }
+                }
+            }
+            Step::UpdateMonitor(i, id) => {
+                let Some(m) = &desired.ports[i].monitor else {
+                    continue;
+                };
+                octavia
+                    .update_health_monitor(
+                        &id,
+                        json!({
+                            "delay": m.delay,
+                            "timeout": m.timeout,
+                            "max_retries": m.max_retries,
+                            "max_retries_down": m.max_retries_down,
+                        }),
+                    )
+                    .await?;
+                for p in &mut applied.ports {
+                    if p.monitor_id.as_deref() == Some(id.as_str()) {
+                        p.spec.monitor = Some(m.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(count)
+}
+
+fn listener_of(applied: &Applied, pool_id: &str) -> String {
+    applied
+        .ports
+        .iter()
+        .find(|p| p.pool_id.as_deref() == Some(pool_id))
+        .map(|p| p.listener_id.clone())
+        .unwrap_or_default()
+}
+
+fn set_port(applied: &mut Applied, listener_id: &str, f: impl FnOnce(&mut AppliedPort)) {
+    if let Some(p) = applied.ports.iter_mut().find(|p| p.listener_id == listener_id) {
+        f(p);
+    }
+}
+
+fn set_pool(applied: &mut Applied, pool_id: &str, f: impl FnOnce(&mut AppliedPort)) {
+    if let Some(p) = applied
+        .ports
+        .iter_mut()
+        .find(|p| p.pool_id.as_deref() == Some(pool_id))
+    {
+        f(p);
+    }
+}
+
+async fn add_pool(
+    os: &Client,
+    desired: &Desired,
+    i: usize,
+    listener_id: &str,
+    tags: &[String],
+    applied: &mut Applied,
+) -> Result<(), Error> {
+    let mut pool = new_pool(desired, i, &desired.ports[i], tags);
+    pool.listener_id = Some(listener_id.to_owned());
+    let made = os.load_balancer().create_pool(&pool).await?;
+    let spec = desired.ports[i].clone();
+    set_port(applied, listener_id, |p| {
+        p.pool_id = Some(made.id.clone());
+        p.monitor_id = made.healthmonitor_id.clone();
+        p.spec.pool = spec.pool;
+        p.spec.members = spec.members;
+        p.spec.monitor = spec.monitor;
+    });
+    Ok(())
+}
+
+/// The floating IPs on a port, or tagged for a Service.
+async fn floating_ips(os: &Client, query: (&str, String)) -> Result<Vec<FloatingIp>, Error> {
+    Ok(os.network().floating_ips(&[query]).await?)
+}
+
+fn is_ours(fip: &FloatingIp, desired: &Desired, namespace: &str, name: &str, cluster: &str) -> bool {
+    fip.tags.contains(&service_tag(&desired.uid))
+        || fip.description == floating_ip_description(namespace, name, cluster)
+}
+
+/// The identity of a Service, for floating IP descriptions.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceId<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// The cluster.
+    pub cluster: &'a str,
+}
+
+/// Gives a public Service's VIP a floating IP (or takes it away from an internal one).
+/// Returns a notice when the floating IP could not be made as asked.
+pub async fn ensure_floating_ip(
+    os: &Client,
+    desired: &Desired,
+    id: ServiceId<'_>,
+    applied: &mut Applied,
+) -> Result<Option<Notice>, Error> {
+    if !applied.owned {
+        // Only the owner of a shared load balancer may attach a floating IP (as upstream).
+        return Ok(None);
+    }
+    if !applied.floating_ip_known {
+        let on_port = floating_ips(os, ("port_id", applied.vip_port_id.clone())).await?;
+        applied.floating_ip = on_port.first().map(|f| AppliedFloatingIp {
+            id: f.id.clone(),
+            address: f.floating_ip_address.clone(),
+            ours: is_ours(f, desired, id.namespace, id.name, id.cluster),
+        });
+        applied.floating_ip_known = true;
+    }
+    let Some(want) = &desired.floating else {
+        if let Some(f) = applied.floating_ip.take() {
+            release(os, &f, desired.keep_floating_ip).await?;
+        }
+        return Ok(None);
+    };
+    if let Some(f) = &applied.floating_ip {
+        match &want.address {
+            Some(a) if a != &f.address => {
+                let f = f.clone();
+                applied.floating_ip = None;
+                release(os, &f, desired.keep_floating_ip).await?;
+            }
+            _ => return Ok(None),
+        }
+    }
+    // One of this Service's own that lost its port (the Service was internal for a while, or
+    // the load balancer was deleted by hand) is reused rather than leaked.
+    let tagged = floating_ips(os, ("tags", service_tag(&desired.uid))).await?;
+    let reusable = tagged
+        .into_iter()
+        .find(|f| f.port_id.is_none() && want.address.as_ref().is_none_or(|a| a == &f.floating_ip_address));
+    if let Some(f) = reusable {
+        let f = os
+            .network()
+            .associate_floating_ip(&f.id, Some(&applied.vip_port_id))
+            .await?;
+        applied.floating_ip = Some(AppliedFloatingIp {
+            id: f.id,
+            address: f.floating_ip_address,
+            ours: true,
+        });
+        return Ok(None);
+    }
+    if let Some(address) = &want.address {
+        // spec.loadBalancerIP: a floating IP the user allocated, or one to allocate.
+        let existing = floating_ips(os, ("floating_ip_address", address.clone())).await?;
+        if let Some(f) = existing.first() {
+            if f.port_id.as_deref().is_some_and(|p| p != applied.vip_port_id) {
+                return Err(Error::Invalid(format!(
+                    "spec.loadBalancerIP {address} is a floating IP in use by another port ({})",
+                    f.port_id.as_deref().unwrap_or_default()
+                )));
+            }
+            let f = os
+                .network()
+                .associate_floating_ip(&f.id, Some(&applied.vip_port_id))
+                .await?;
+            applied.floating_ip = Some(AppliedFloatingIp {
+                id: f.id,
+                address: f.floating_ip_address,
+                ours: false,
+            });
+            return Ok(None);
+        }
+    }
+    let Some(network) = &want.network_id else {
+        return Ok(Some(Notice {
+            reason: "LoadBalancerExternalNetworkSearchFailed",
+            message: "no floating-network-id is configured and the cloud has not exactly one external network: the load balancer stays internal".into(),
+        }));
+    };
+    let subnet = match (&want.subnet_id, &want.subnet_pattern, &want.subnet_tags) {
+        (Some(s), _, _) => Some(s.clone()),
+        (None, None, None) => None,
+        (None, pattern, tags) => Some(pick_subnet(os, network, pattern.as_deref(), tags.as_deref()).await?),
+    };
+    let mut tags = desired.tags.clone();
+    if desired.keep_floating_ip {
+        tags.push(KEEP_TAG.into());
+    }
+    let mut fields = json!({
+        "floating_network_id": network,
+        "port_id": applied.vip_port_id,
+        "description": floating_ip_description(id.namespace, id.name, id.cluster),
+    });
+    if let Some(s) = subnet {
+        fields["subnet_id"] = json!(s);
+    }
+    if let Some(a) = &want.address {
+        fields["floating_ip_address"] = json!(a);
+    }
+    let f = os.network().create_floating_ip(fields).await?;
+    info!(service = %desired.service, fip = %f.floating_ip_address, "floating IP allocated");
+    // Neutron takes no tags in a floating IP create (`tag-creation` covers other resources):
+    // if this call is lost, the description still marks the address as this Service's.
+    if !tags.is_empty() {
+        os.network().set_tags("floatingips", &f.id, &tags).await?;
+    }
+    applied.floating_ip = Some(AppliedFloatingIp {
+        id: f.id,
+        address: f.floating_ip_address,
+        ours: true,
+    });
+    Ok(None)
+}
+
+/// The tag that tells the garbage collector to leave a floating IP alone.
+pub const KEEP_TAG: &str = "berth-keep-floatingip";
+
+async fn release(os: &Client, f: &AppliedFloatingIp, keep: bool) -> Result<(), Error> {
+    if f.ours && !keep {
+        info!(fip = %f.address, "releasing the floating IP");
+        os.network().delete_floating_ip(&f.id).await?;
+    } else {
+        os.network().associate_floating_ip(&f.id, None).await?;
+    }
+    Ok(())
+}
+
+/// Picks a subnet of the external network by name pattern and tags (upstream's rules: a
+/// glob, or `~regex`; `!` negates; tags `a,b` any of them, `&a,b` all; `!` negates).
+async fn pick_subnet(
+    os: &Client,
+    network: &str,
+    pattern: Option<&str>,
+    tags: Option<&str>,
+) -> Result<String, Error> {
+    let subnets = os
+        .network()
+        .subnets(&[("network_id", network.to_owned())])
+        .await?;
+    let name_ok = |name: &str| match pattern {
+        None => Ok(true),
+        Some(p) => name_matches(p, name),
+    };
+    for s in &subnets {
+        if name_ok(&s.name)? && tags.is_none_or(|t| tags_match(t, &s.tags)) {
+            return Ok(s.id.clone());
+        }
+    }
+    Err(Error::Invalid(format!(
+        "no subnet of floating network {network} matches floating-subnet {:?} / floating-subnet-tags {:?}",
+        pattern.unwrap_or(""),
+        tags.unwrap_or("")
+    )))
+}
+
+/// Upstream's subnet name match: a glob, or `~regex`; a leading `!` negates.
+pub fn name_matches(pattern: &str, name: &str) -> Result<bool, Error> {
+    let (negate, p) = match pattern.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, pattern),
+    };
+    let re = match p.strip_prefix('~') {
+        Some(r) => r.to_owned(),
+        None => {
+            let mut r = String::from("^");
+            for c in p.chars() {
+                match c {
+                    '*' => r.push_str(".*"),
+                    '?' => r.push('.'),
+                    c => r.push_str(&regex::escape(&c.to_string())),
+                }
+            }
+            r.push('$');
+            r
+        }
+    };
+    let re = regex::Regex::new(&re)
+        .map_err(|e| Error::Invalid(format!("floating-subnet {pattern:?} is not a valid pattern: {e}")))?;
+    Ok(re.is_match(name) != negate)
+}
+
+/// Upstream's subnet tag match: `a,b` any, `&a,b` all; a leading `!` negates.
+pub fn tags_match(spec: &str, tags: &[String]) -> bool {
+    let (negate, s) = match spec.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let (all, s) = match s.strip_prefix('&') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let wanted: Vec<&str> = s.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    let has = |t: &&str| tags.iter().any(|x| x == t);
+    let m = if all {
+        wanted.iter().all(has)
+    } else {
+        wanted.iter().any(has)
+    };
+    m != negate
+}
+
+/// Deletes what berth made for the Service: the floating IP (unless kept, or not berth's),
+/// then the load balancer with everything under it; on a shared load balancer only the
+/// Service's own listeners and pools.
+pub async fn delete(
+    os: &Client,
+    applied: &Applied,
+    desired_uid: &str,
+    keep_floating_ip: bool,
+    id: ServiceId<'_>,
+    cascade: bool,
+) -> Result<(), Error> {
+    let octavia = os.load_balancer();
+    if !applied.owned {
+        for p in &applied.ports {
+            if let Some(pool) = &p.pool_id {
+                wait_active(os, &applied.id).await?;
+                octavia.delete_pool(pool).await?;
+            }
+            wait_active(os, &applied.id).await?;
+            octavia.delete_listener(&p.listener_id).await?;
+        }
+        return Ok(());
+    }
+    // Floating IPs: the one on the VIP, and any of the Service's that lost their port.
+    let mut fips = floating_ips(os, ("port_id", applied.vip_port_id.clone())).await?;
+    if !desired_uid.is_empty() {
+        for f in floating_ips(os, ("tags", service_tag(desired_uid))).await? {
+            if !fips.iter().any(|x| x.id == f.id) {
+                fips.push(f);
+            }
+        }
+    }
+    for f in fips {
+        let ours = f.tags.contains(&service_tag(desired_uid))
+            || f.description == floating_ip_description(id.namespace, id.name, id.cluster);
+        let applied_fip = AppliedFloatingIp {
+            id: f.id.clone(),
+            address: f.floating_ip_address.clone(),
+            ours,
+        };
+        if ours && !keep_floating_ip {
+            release(os, &applied_fip, false).await?;
+        } else if f.port_id.is_some() {
+            // Not berth's, or kept: unbind it, so the VIP port can go.
+            release(os, &applied_fip, true).await?;
+        }
+    }
+    if cascade {
+        octavia.delete(&applied.id, true).await?;
+    } else {
+        for p in &applied.ports {
+            if let Some(pool) = &p.pool_id {
+                wait_active(os, &applied.id).await?;
+                octavia.delete_pool(pool).await?;
+            }
+            wait_active(os, &applied.id).await?;
+            octavia.delete_listener(&p.listener_id).await?;
+        }
+        wait_active(os, &applied.id).await?;
+        octavia.delete(&applied.id, false).await?;
+    }
+    octavia.wait_deleted(&applied.id, DELETE_TIMEOUT).await?;
+    info!(lb = %applied.id, name = %applied.name, "load balancer deleted");
+    Ok(())
+}
+
+/// The ids Octavia has as of a read, for tests.
+#[cfg(test)]
+pub(crate) fn plan_names(desired: &Desired, applied: &Applied) -> Vec<String> {
+    plan(desired, applied)
+        .iter()
+        .map(|s| {
+            let dbg = format!("{s:?}");
+            dbg.split(['(', ' ']).next().unwrap_or_default().to_owned()
+        })
+        .collect()
+}

@@ -1,0 +1,135 @@
+//! LoadBalancer Services for the service-controller tests, and what they leave in OpenStack.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Result, bail};
+use berth_openstack::{Client, load_balancer::LoadBalancer};
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    Api,
+    api::{DeleteParams, PostParams},
+};
+use serde_json::json;
+
+use crate::eventually;
+
+/// A Service port: name, protocol, port.
+pub type ServicePort<'a> = (&'a str, &'a str, u16);
+
+/// A `type: LoadBalancer` Service in `default` with these ports and annotations; `extra` is
+/// merged into its spec (e.g. `{"loadBalancerSourceRanges": [...]}`).
+pub fn lb_service(
+    name: &str,
+    ports: &[ServicePort<'_>],
+    annotations: &[(&str, &str)],
+    extra: serde_json::Value,
+) -> Result<Service> {
+    let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+    let ports: Vec<_> = ports
+        .iter()
+        .map(|(n, proto, port)| json!({ "name": n, "protocol": proto, "port": port, "targetPort": 8080 }))
+        .collect();
+    let mut spec = json!({ "type": "LoadBalancer", "ports": ports, "selector": { "app": name } });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": name, "namespace": "default", "annotations": annotations },
+        "spec": spec,
+    }))?)
+}
+
+/// Creates the Service.
+pub async fn create_service(kube: &kube::Client, svc: &Service) -> Result<Service> {
+    Ok(Api::<Service>::namespaced(kube.clone(), "default")
+        .create(&PostParams::default(), svc)
+        .await?)
+}
+
+/// The Service's first ingress IP or hostname, once it has one.
+pub async fn wait_ingress(kube: &kube::Client, name: &str, timeout: Duration) -> Result<String> {
+    let api = Api::<Service>::namespaced(kube.clone(), "default");
+    eventually(&format!("ingress of Service {name}"), timeout, || async {
+        let svc = api.get(name).await?;
+        Ok(svc
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress)
+            .and_then(|i| i.into_iter().next())
+            .and_then(|i| i.ip.or(i.hostname)))
+    })
+    .await
+}
+
+/// Deletes the Service and waits until it is gone (its finalizer removed).
+pub async fn delete_service(kube: &kube::Client, name: &str, timeout: Duration) -> Result<()> {
+    let api = Api::<Service>::namespaced(kube.clone(), "default");
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    eventually(&format!("Service {name} gone"), timeout, || async {
+        Ok(api.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
+/// The live load balancer of this name, if exactly one.
+pub async fn lb_named(os: &Client, name: &str) -> Result<Option<LoadBalancer>> {
+    let found: Vec<LoadBalancer> = os
+        .load_balancer()
+        .list(&[("name", name.to_owned())])
+        .await?
+        .into_iter()
+        .filter(|l| l.provisioning_status != "DELETED")
+        .collect();
+    if found.len() > 1 {
+        bail!("{} load balancers named {name}", found.len());
+    }
+    Ok(found.into_iter().next())
+}
+
+/// Everything in OpenStack that belongs to `cluster` (by berth's tag or upstream's name),
+/// as `kind id`: load balancers, floating IPs, security groups and VIP ports.
+pub async fn cluster_objects(os: &Client, cluster: &str) -> Result<Vec<String>> {
+    let tag = format!("berth-cluster={cluster}");
+    let prefix = format!("kube_service_{cluster}_");
+    let mut found = Vec::new();
+    let lbs = os.load_balancer().list(&[]).await?;
+    for lb in &lbs {
+        if lb.tags.contains(&tag) || lb.name.starts_with(&prefix) {
+            found.push(format!(
+                "loadbalancer {} {} {}",
+                lb.id, lb.name, lb.provisioning_status
+            ));
+        }
+    }
+    for f in os.network().floating_ips(&[]).await? {
+        if f.tags.contains(&tag) || f.description.ends_with(&format!("from cluster {cluster}")) {
+            found.push(format!("floatingip {} {}", f.id, f.floating_ip_address));
+        }
+    }
+    for g in os.network().security_groups(&[("tags", tag.clone())]).await? {
+        found.push(format!("securitygroup {} {}", g.id, g.name));
+    }
+    Ok(found)
+}
+
+/// The VIP ports (Octavia names them `octavia-lb-<id>`) still there of these load balancers.
+pub async fn vip_ports_left(os: &Client, lb_ids: &[String]) -> Result<Vec<String>> {
+    let mut left = Vec::new();
+    for id in lb_ids {
+        for p in os
+            .network()
+            .ports(&[("name", format!("octavia-lb-{id}"))])
+            .await?
+        {
+            left.push(format!("vip-port {} of load balancer {id}", p.id));
+        }
+    }
+    Ok(left)
+}
