@@ -390,3 +390,363 @@ async fn private_and_public_services_get_ingress_follow_nodes_and_leave_nothing(
         n.remove(&os, &kube).await.unwrap();
     }
 }
+
+/// A load balancer made by hand on the cluster subnet, with these tags.
+async fn hand_made_lb(os: &Client, tb: &Testbed, name: &str, tags: Vec<String>) -> LoadBalancer {
+    let lb = os
+        .load_balancer()
+        .create(&berth_openstack::load_balancer::NewLoadBalancer {
+            name: name.into(),
+            vip_subnet_id: tb.tenant.subnet_id.clone(),
+            tags,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    os.load_balancer().wait_active(&lb.id, WAIT).await.unwrap()
+}
+
+fn berth_gc(tb: &Testbed, cluster: &str, dry_run: bool) -> String {
+    let mut cmd = std::process::Command::new(berth_e2e::berth_binary().unwrap());
+    cmd.args(["gc", "--cluster-name", cluster, "--cloud-config"])
+        .arg(&tb.cloud_conf)
+        .arg("--kubeconfig")
+        .arg(&tb.kubeconfig);
+    if dry_run {
+        cmd.arg("--dry-run");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn gc_sweeps_what_a_gone_service_left_and_never_touches_foreign_objects() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let cluster = unique_name("gcc");
+    // A leak: a load balancer and a floating IP tagged for this cluster and a Service UID
+    // that no Service has (as if the Service's finalizer had been removed by hand).
+    let gone_uid = "00000000-dead-beef-0000-000000000000";
+    let tags = vec![
+        format!("berth-cluster={cluster}"),
+        format!("berth-service={gone_uid}"),
+    ];
+    let leaked = hand_made_lb(&os, &tb, &unique_name("leaked"), tags.clone()).await;
+    let fip = os
+        .network()
+        .create_floating_ip(json!({ "floating_network_id": tb.tenant.public_network_id }))
+        .await
+        .unwrap();
+    os.network()
+        .set_tags("floatingips", &fip.id, &tags)
+        .await
+        .unwrap();
+    // Foreign: untagged, and tagged for another cluster.
+    let foreign = hand_made_lb(&os, &tb, &unique_name("foreign"), Vec::new()).await;
+    let other_cluster = hand_made_lb(
+        &os,
+        &tb,
+        &unique_name("othercluster"),
+        vec![
+            format!("berth-cluster={cluster}-other"),
+            format!("berth-service={gone_uid}"),
+        ],
+    )
+    .await;
+
+    let dry = berth_gc(&tb, &cluster, true);
+    assert!(dry.contains(&leaked.id) && dry.contains(&fip.id), "{dry}");
+    assert!(dry.contains("would delete"), "{dry}");
+    assert!(
+        !dry.contains(&foreign.id) && !dry.contains(&other_cluster.id),
+        "{dry}"
+    );
+    assert!(
+        os.load_balancer().get(&leaked.id).await.is_ok(),
+        "a dry run deletes nothing"
+    );
+
+    let done = berth_gc(&tb, &cluster, false);
+    assert!(done.contains("deleted"), "{done}");
+    os.load_balancer().wait_deleted(&leaked.id, WAIT).await.unwrap();
+    assert!(
+        os.network()
+            .floating_ip(&fip.id)
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+    for untouched in [&foreign, &other_cluster] {
+        assert_eq!(
+            os.load_balancer()
+                .get(&untouched.id)
+                .await
+                .unwrap()
+                .provisioning_status,
+            "ACTIVE",
+            "foreign load balancers are never touched"
+        );
+        os.load_balancer().delete(&untouched.id, true).await.unwrap();
+    }
+    assert!(berth_gc(&tb, &cluster, false).contains("nothing to collect"));
+    for untouched in [&foreign, &other_cluster] {
+        os.load_balancer()
+            .wait_deleted(&untouched.id, WAIT)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_restart_mid_create_makes_no_duplicate_and_a_service_deleted_while_pending_leaves_nothing() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("crash");
+    let args = [
+        "--cluster-name",
+        cluster.as_str(),
+        "--controllers",
+        "service",
+        "--leader-elect=false",
+    ];
+    let mut ccm = CloudController::start(&tb, "crash", &args).unwrap();
+    let internal = [(
+        "service.beta.kubernetes.io/openstack-internal-load-balancer",
+        "true",
+    )];
+
+    // Killed as soon as its load balancer exists (still PENDING_CREATE, before any status).
+    let first = unique_name("crash");
+    let lb_name = format!("kube_service_{cluster}_default_{first}");
+    create_service(
+        &kube,
+        &lb_service(&first, &[("http", "TCP", 80)], &internal, json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let made = eventually("the load balancer to be created", WAIT, || async {
+        Ok(lb_named(&os, &lb_name).await?)
+    })
+    .await
+    .unwrap();
+    ccm.kill();
+    let mut ccm = CloudController::start(&tb, "crash-restarted", &args).unwrap();
+    let ip = wait_ingress(&kube, &first, WAIT).await.unwrap();
+    let all: Vec<LoadBalancer> = os
+        .load_balancer()
+        .list(&[("name", lb_name.clone())])
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1, "one load balancer after the restart: {all:?}");
+    assert_eq!(
+        all[0].id, made.id,
+        "the restarted controller adopted the first one"
+    );
+    assert_eq!(all[0].vip_address, ip);
+
+    // Deleted while its load balancer is still being made: nothing stays.
+    let second = unique_name("pending");
+    let second_name = format!("kube_service_{cluster}_default_{second}");
+    create_service(
+        &kube,
+        &lb_service(&second, &[("http", "TCP", 80)], &internal, json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let pending = eventually("the second load balancer", WAIT, || async {
+        Ok(lb_named(&os, &second_name).await?)
+    })
+    .await
+    .unwrap();
+    delete_service(&kube, &second, WAIT).await.unwrap();
+    assert!(lb_named(&os, &second_name).await.unwrap().is_none());
+
+    delete_service(&kube, &first, WAIT).await.unwrap();
+    assert_eq!(
+        cluster_objects(&os, &cluster).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        vip_ports_left(&os, &[made.id.clone(), pending.id.clone()])
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(ccm.exited(), None, "the controller kept running");
+}
+
+#[tokio::test]
+async fn kept_floating_ips_hostnames_and_requested_addresses() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("fip");
+    let _ccm = CloudController::start(
+        &tb,
+        "fip",
+        &[
+            "--cluster-name",
+            &cluster,
+            "--controllers",
+            "service",
+            "--leader-elect=false",
+        ],
+    )
+    .unwrap();
+
+    // keep-floatingip and hostname: the ingress shows the hostname; the address outlives the
+    // Service, marked so that the garbage collector leaves it too.
+    let kept = unique_name("kept");
+    create_service(
+        &kube,
+        &lb_service(
+            &kept,
+            &[("http", "TCP", 80)],
+            &[
+                ("loadbalancer.openstack.org/keep-floatingip", "true"),
+                ("loadbalancer.openstack.org/hostname", "web.example.test"),
+            ],
+            json!({}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        wait_ingress(&kube, &kept, WAIT).await.unwrap(),
+        "web.example.test"
+    );
+    let svc = Api::<Service>::namespaced(kube.clone(), "default")
+        .get(&kept)
+        .await
+        .unwrap();
+    let address =
+        svc.metadata.annotations.as_ref().unwrap()["loadbalancer.openstack.org/load-balancer-address"]
+            .clone();
+    assert!(address.starts_with("203.0.113."), "the floating IP {address}");
+    delete_service(&kube, &kept, WAIT).await.unwrap();
+    let left = os
+        .network()
+        .floating_ips(&[("floating_ip_address", address.clone())])
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1, "the kept floating IP is still allocated");
+    assert_eq!(left[0].port_id, None, "and unbound");
+    assert!(left[0].tags.iter().any(|t| t == "berth-keep-floatingip"));
+    assert!(berth_gc(&tb, &cluster, true).contains("kept (keep-floatingip)"));
+
+    // spec.loadBalancerIP takes that address again, and gives it back unbound when deleted.
+    let reuse = unique_name("reuse");
+    create_service(
+        &kube,
+        &lb_service(
+            &reuse,
+            &[("http", "TCP", 80)],
+            &[],
+            json!({ "loadBalancerIP": address }),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wait_ingress(&kube, &reuse, WAIT).await.unwrap(), address);
+    delete_service(&kube, &reuse, WAIT).await.unwrap();
+    let left = os
+        .network()
+        .floating_ips(&[("floating_ip_address", address.clone())])
+        .await
+        .unwrap();
+    assert_eq!(
+        left.len(),
+        1,
+        "a floating IP berth did not allocate for the Service stays"
+    );
+    os.network().delete_floating_ip(&left[0].id).await.unwrap();
+    assert_eq!(
+        cluster_objects(&os, &cluster).await.unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn sctp_is_refused_with_an_event_and_type_changes_clean_up() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("sctp");
+    let _ccm = CloudController::start(
+        &tb,
+        "sctp",
+        &[
+            "--cluster-name",
+            &cluster,
+            "--controllers",
+            "service",
+            "--leader-elect=false",
+        ],
+    )
+    .unwrap();
+    let sctp = unique_name("sctp");
+    create_service(
+        &kube,
+        &lb_service(&sctp, &[("sig", "SCTP", 9)], &[], json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let message = eventually("a SyncLoadBalancerFailed event", WAIT, || async {
+        let events = Api::<Event>::namespaced(kube.clone(), "default")
+            .list(&ListParams::default())
+            .await?;
+        Ok(events.items.into_iter().find_map(|e| {
+            (e.involved_object.name.as_deref() == Some(sctp.as_str())
+                && e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+            .then(|| e.message.unwrap_or_default())
+        }))
+    })
+    .await
+    .unwrap();
+    assert!(
+        message.contains("SCTP") && message.contains("TCP, UDP"),
+        "{message}"
+    );
+    assert!(
+        lb_named(&os, &format!("kube_service_{cluster}_default_{sctp}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    delete_service(&kube, &sctp, WAIT).await.unwrap();
+
+    // LoadBalancer → ClusterIP: the load balancer goes, the status and finalizer too.
+    let changing = unique_name("retype");
+    create_service(
+        &kube,
+        &lb_service(&changing, &[("http", "TCP", 80)], &[], json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    wait_ingress(&kube, &changing, WAIT).await.unwrap();
+    let api = Api::<Service>::namespaced(kube.clone(), "default");
+    api.patch(
+        &changing,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({ "spec": { "type": "ClusterIP" } })),
+    )
+    .await
+    .unwrap();
+    eventually("the load balancer gone after the type change", WAIT, || async {
+        let svc = api.get(&changing).await?;
+        let clean = svc.metadata.finalizers.unwrap_or_default().is_empty()
+            && svc
+                .status
+                .and_then(|s| s.load_balancer)
+                .and_then(|l| l.ingress)
+                .is_none_or(|i| i.is_empty());
+        Ok((clean && cluster_objects(&os, &cluster).await?.is_empty()).then_some(()))
+    })
+    .await
+    .unwrap();
+    delete_service(&kube, &changing, WAIT).await.unwrap();
+}

@@ -669,7 +669,7 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
     lock(&shared.lb_ids).remove(&uid);
     let api = Api::<Service>::namespaced(ctx.kube.clone(), &namespace);
     if type_changed {
-        let patch = json!({ "status": { "loadBalancer": {} } });
+        let patch = json!({ "status": { "loadBalancer": { "ingress": null } } });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
@@ -679,7 +679,14 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
         .filter(|f| f.as_str() != FINALIZER)
         .cloned()
         .collect();
-    let patch = json!({ "metadata": { "finalizers": rest, "resourceVersion": svc.resource_version() } });
+    let mut patch = json!({ "metadata": { "finalizers": rest, "resourceVersion": svc.resource_version() } });
+    if type_changed && applied.as_ref().is_some_and(|a| a.owned) {
+        // Stale ids would tie a later LoadBalancer incarnation to a deleted load balancer.
+        patch["metadata"]["annotations"] = json!({
+            annotation::LOAD_BALANCER_ID: null,
+            annotation::LOAD_BALANCER_ADDRESS: null,
+        });
+    }
     match api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
