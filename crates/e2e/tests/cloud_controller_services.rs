@@ -527,7 +527,7 @@ async fn a_restart_mid_create_makes_no_duplicate_and_a_service_deleted_while_pen
     .await
     .unwrap();
     let made = eventually("the load balancer to be created", WAIT, || async {
-        Ok(lb_named(&os, &lb_name).await?)
+        lb_named(&os, &lb_name).await
     })
     .await
     .unwrap();
@@ -556,7 +556,7 @@ async fn a_restart_mid_create_makes_no_duplicate_and_a_service_deleted_while_pen
     .await
     .unwrap();
     let pending = eventually("the second load balancer", WAIT, || async {
-        Ok(lb_named(&os, &second_name).await?)
+        lb_named(&os, &second_name).await
     })
     .await
     .unwrap();
