@@ -31,6 +31,10 @@ enum Command {
     /// Run the cloud controller (for kubelets with --cloud-provider=external): node
     /// initialisation and lifecycle, and pod-network routes.
     CloudController(Box<berth_controller::process::Args>),
+    /// Serve kube-apiserver's TokenReview and SubjectAccessReview webhooks with Keystone.
+    KeystoneWebhook(Box<berth_keystone::webhook::Args>),
+    /// kubectl exec credential plugin: print a Keystone token as an ExecCredential.
+    KeystoneLogin(Box<berth_keystone::login::Args>),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,14 @@ fn main() -> ExitCode {
         Command::CloudController(args) => runtime
             .block_on(berth_controller::process::run(*args))
             .map(|()| ExitCode::SUCCESS),
+        Command::KeystoneWebhook(args) => runtime
+            .block_on(berth_keystone::webhook::run(*args))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
+        Command::KeystoneLogin(args) => runtime
+            .block_on(berth_keystone::login::run(*args))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,
