@@ -87,6 +87,8 @@ pub struct WebhookOptions {
     pub keystone_url: Option<String>,
     /// More flags.
     pub args: Vec<String>,
+    /// The berth binary to run instead of the one next to the tests (benchmarks use a release build).
+    pub binary: Option<PathBuf>,
 }
 
 /// A running `berth keystone-webhook` with the testbed admin's credentials.
@@ -125,7 +127,11 @@ impl Webhook {
         let port = free_port()?;
         let metrics_port = free_port()?;
         let log = std::fs::File::create(dir.path().join("webhook.log"))?;
-        let mut cmd = Command::new(berth_binary()?);
+        let binary = match &options.binary {
+            Some(b) => b.clone(),
+            None => berth_binary()?,
+        };
+        let mut cmd = Command::new(binary);
         cmd.arg("keystone-webhook")
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
