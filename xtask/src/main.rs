@@ -6,6 +6,7 @@
 //! - `leaks`: what e2e tests left in OpenStack or Kubernetes.
 
 mod bench;
+mod bench_keystone;
 mod demo;
 mod leaks;
 mod paths;
@@ -51,6 +52,9 @@ enum Task {
 enum BenchWhat {
     /// Node initialisation and pod-network routes for N hollow nodes (builds berth --release).
     Nodes(bench::Options),
+    /// TokenReviews per second and latency of berth keystone-webhook, cached and uncached,
+    /// against a direct Keystone validation (builds berth --release; needs a running testbed).
+    Keystone(bench_keystone::Options),
 }
 
 fn main() -> Result<()> {
@@ -71,6 +75,19 @@ fn main() -> Result<()> {
                 ]),
             )?;
             bench::run(&options)
+        }
+        Task::Bench {
+            what: BenchWhat::Keystone(options),
+        } => {
+            run::exec(
+                std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+                    "build",
+                    "--release",
+                    "--package",
+                    "berth",
+                ]),
+            )?;
+            bench_keystone::run(&options)
         }
         Task::Leaks { delete: false } => leaks::report(&leaks::find()?),
         Task::Leaks { delete: true } => leaks::delete(),

@@ -35,6 +35,10 @@ enum Command {
     /// Delete the load balancers, floating IPs and security groups berth made for Services
     /// that no longer exist.
     Gc(gc::Args),
+    /// Serve kube-apiserver's TokenReview and SubjectAccessReview webhooks with Keystone.
+    KeystoneWebhook(Box<berth_keystone::webhook::Args>),
+    /// kubectl exec credential plugin: print a Keystone token as an ExecCredential.
+    KeystoneLogin(Box<berth_keystone::login::Args>),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,14 @@ fn main() -> ExitCode {
         Command::CloudController(args) => runtime
             .block_on(berth_controller::process::run(*args))
             .map(|()| ExitCode::SUCCESS),
+        Command::KeystoneWebhook(args) => runtime
+            .block_on(berth_keystone::webhook::run(*args))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
+        Command::KeystoneLogin(args) => runtime
+            .block_on(berth_keystone::login::run(*args))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,7 @@
 //! [`unique_name`], so a leak is easy to find (`cargo xtask leaks`).
 
 mod hollow;
+pub mod keystone;
 mod process;
 pub mod services;
 mod testbed;
