@@ -4,7 +4,9 @@
 //! balancer to ACTIVE on the cluster subnet; the Kubernetes API is ready), then starts
 //! `berth cloud-controller` (left running, like a real one) and registers two hollow nodes the
 //! way kubelets with `--cloud-provider=external` would: it shows them initialised from their
-//! Nova servers and their pod-network routes on the Neutron router.
+//! Nova servers and their pod-network routes on the Neutron router. Last, the headline:
+//! `kubectl expose … --type=LoadBalancer` as a Service `demo-web`, which gets an Octavia load
+//! balancer with the two Nodes as members and a floating IP as its EXTERNAL-IP.
 
 use std::{
     path::PathBuf,
@@ -47,6 +49,8 @@ pub(crate) fn run() -> Result<()> {
     println!();
     println!("  source {}/env", dir.display());
     println!("  kubectl get nodes -o wide; kubectl describe node demo-node-1");
+    println!("  kubectl get svc {DEMO_SERVICE}; kubectl describe svc {DEMO_SERVICE}");
+    println!("  openstack loadbalancer list; openstack floating ip list");
     println!("  openstack server list; openstack router show berth-router -c routes");
     println!("  curl -s http://127.0.0.1:10258/metrics | grep ^berth_");
     println!();
@@ -235,6 +239,134 @@ async fn cloud_controller() -> Result<()> {
         .filter(|r| r.destination.starts_with("10.244."))
     {
         println!("  {} via {}", r.destination, r.nexthop);
+    }
+    load_balancer_service(&tb, &os, &kube).await
+}
+
+const DEMO_SERVICE: &str = "demo-web";
+
+/// A LoadBalancer Service, as `kubectl expose deployment web --port 80 --type=LoadBalancer`
+/// makes it, until it has its EXTERNAL-IP.
+async fn load_balancer_service(
+    tb: &Testbed,
+    os: &berth_openstack::Client,
+    kube: &kube::Client,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let services = Api::<Service>::namespaced(kube.clone(), "default");
+    if services.get_opt(DEMO_SERVICE).await?.is_none() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": DEMO_SERVICE, "labels": { "app": "web" } },
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": { "app": "web" },
+                "ports": [{ "name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080 }],
+            },
+        }))?;
+        services.create(&kube::api::PostParams::default(), &svc).await?;
+        println!(
+            "
+created Service {DEMO_SERVICE} (type LoadBalancer, port 80)"
+        );
+    }
+    let clock = Stopwatch::start();
+    let svc = loop {
+        let svc = services.get(DEMO_SERVICE).await?;
+        let has_ip = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .is_some_and(|i| !i.is_empty());
+        if has_ip {
+            break svc;
+        }
+        if clock.secs() > 120.0 {
+            bail!(
+                "Service {DEMO_SERVICE} got no EXTERNAL-IP within 120s; see {}",
+                ccm_log().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let spec = svc.spec.clone().unwrap_or_default();
+    let external = svc
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress)
+        .and_then(|i| i.into_iter().next())
+        .and_then(|i| i.ip.or(i.hostname))
+        .unwrap_or_default();
+    let ports: Vec<String> = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}:{}/{}",
+                p.port,
+                p.node_port.unwrap_or_default(),
+                p.protocol.as_deref().unwrap_or("TCP")
+            )
+        })
+        .collect();
+    println!(
+        "
+kubectl get svc {DEMO_SERVICE}   (EXTERNAL-IP after {:.1}s)",
+        clock.secs()
+    );
+    println!(
+        "  {:<10} {:<13} {:<15} {:<15} PORT(S)",
+        "NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP"
+    );
+    println!(
+        "  {:<10} {:<13} {:<15} {:<15} {}",
+        DEMO_SERVICE,
+        "LoadBalancer",
+        spec.cluster_ip.unwrap_or_default(),
+        external,
+        ports.join(",")
+    );
+    let name = format!("kube_service_demo_default_{DEMO_SERVICE}");
+    if let Some(lb) = os
+        .load_balancer()
+        .list(&[("name", name.clone())])
+        .await?
+        .into_iter()
+        .next()
+    {
+        println!(
+            "
+Octavia load balancer {name}: {} VIP {} on {}",
+            lb.provisioning_status,
+            lb.vip_address,
+            if lb.vip_subnet_id == tb.tenant.subnet_id {
+                "berth-subnet"
+            } else {
+                "another subnet"
+            }
+        );
+        for l in os
+            .load_balancer()
+            .listeners(&[("loadbalancer_id", lb.id.clone())])
+            .await?
+        {
+            let members = match &l.default_pool_id {
+                Some(pool) => os.load_balancer().members(pool).await?,
+                None => Vec::new(),
+            };
+            let list: Vec<String> = members
+                .iter()
+                .map(|m| format!("{} {}:{}", m.name, m.address, m.protocol_port))
+                .collect();
+            println!(
+                "  listener {}/{} -> members {}",
+                l.protocol,
+                l.protocol_port,
+                list.join(", ")
+            );
+        }
     }
     Ok(())
 }
