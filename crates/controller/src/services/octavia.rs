@@ -910,6 +910,19 @@ pub fn tags_match(spec: &str, tags: &[String]) -> bool {
     m != negate
 }
 
+/// Deletes the Service's listeners and their pools, one at a time.
+async fn delete_listeners(os: &Client, applied: &Applied) -> Result<(), Error> {
+    for p in &applied.ports {
+        if let Some(pool) = &p.pool_id {
+            wait_active(os, &applied.id).await?;
+            os.load_balancer().delete_pool(pool).await?;
+        }
+        wait_active(os, &applied.id).await?;
+        os.load_balancer().delete_listener(&p.listener_id).await?;
+    }
+    Ok(())
+}
+
 /// Deletes what berth made for the Service: the floating IP (unless kept, or not berth's),
 /// then the load balancer with everything under it; on a shared load balancer only the
 /// Service's own listeners and pools.
@@ -923,14 +936,7 @@ pub async fn delete(
 ) -> Result<(), Error> {
     let octavia = os.load_balancer();
     if !applied.owned {
-        for p in &applied.ports {
-            if let Some(pool) = &p.pool_id {
-                wait_active(os, &applied.id).await?;
-                octavia.delete_pool(pool).await?;
-            }
-            wait_active(os, &applied.id).await?;
-            octavia.delete_listener(&p.listener_id).await?;
-        }
+        delete_listeners(os, applied).await?;
         return Ok(());
     }
     // Floating IPs: the one on the VIP, and any of the Service's that lost their port.
@@ -960,14 +966,7 @@ pub async fn delete(
     if cascade {
         octavia.delete(&applied.id, true).await?;
     } else {
-        for p in &applied.ports {
-            if let Some(pool) = &p.pool_id {
-                wait_active(os, &applied.id).await?;
-                octavia.delete_pool(pool).await?;
-            }
-            wait_active(os, &applied.id).await?;
-            octavia.delete_listener(&p.listener_id).await?;
-        }
+        delete_listeners(os, applied).await?;
         wait_active(os, &applied.id).await?;
         octavia.delete(&applied.id, false).await?;
     }
