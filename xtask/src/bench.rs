@@ -86,7 +86,7 @@ pub(crate) fn run(options: &Options) -> Result<()> {
 /// (name, id, IPv4 address) of each hollow server.
 type Servers = Vec<(String, String, String)>;
 
-async fn client(tb: &Testbed) -> Result<Client> {
+pub(crate) async fn client(tb: &Testbed) -> Result<Client> {
     // Its own user agent, so the bench's own calls are not counted for either controller.
     let options = berth_openstack::ClientOptions {
         region: Some(tb.region.clone()),
@@ -291,7 +291,7 @@ async fn clear_routes(tb: &Testbed, servers: &Servers) -> Result<()> {
 
 /// OpenStack API requests in the testbed's request logs whose user agent contains `agent`,
 /// made between `from` and `to` (Unix ms).
-fn count_calls(dir: &Path, agent: &str, from: u128, to: u128) -> Result<usize> {
+pub(crate) fn count_calls(dir: &Path, agent: &str, from: u128, to: u128) -> Result<usize> {
     let mut n = 0;
     for entry in std::fs::read_dir(dir.join("openstack/log"))? {
         let path = entry?.path();
@@ -316,14 +316,14 @@ fn count_calls(dir: &Path, agent: &str, from: u128, to: u128) -> Result<usize> {
     Ok(n)
 }
 
-fn now_ms() -> u128 {
+pub(crate) fn now_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0)
 }
 
-fn rss_mib(pid: u32) -> u64 {
+pub(crate) fn rss_mib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_keystone;
+mod bench_lb;
 mod demo;
 mod leaks;
 mod paths;
@@ -52,6 +53,8 @@ enum Task {
 enum BenchWhat {
     /// Node initialisation and pod-network routes for N hollow nodes (builds berth --release).
     Nodes(bench::Options),
+    /// LoadBalancer Services on Octavia: ingress, node join, idle, delete (builds berth --release).
+    Lb(bench_lb::Options),
     /// TokenReviews per second and latency of berth keystone-webhook, cached and uncached,
     /// against a direct Keystone validation (builds berth --release; needs a running testbed).
     Keystone(bench_keystone::Options),
@@ -66,30 +69,34 @@ fn main() -> Result<()> {
         Task::Bench {
             what: BenchWhat::Nodes(options),
         } => {
-            run::exec(
-                std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
-                    "build",
-                    "--release",
-                    "--package",
-                    "berth",
-                ]),
-            )?;
+            build_berth_release()?;
             bench::run(&options)
+        }
+        Task::Bench {
+            what: BenchWhat::Lb(options),
+        } => {
+            build_berth_release()?;
+            bench_lb::run(&options)
         }
         Task::Bench {
             what: BenchWhat::Keystone(options),
         } => {
-            run::exec(
-                std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
-                    "build",
-                    "--release",
-                    "--package",
-                    "berth",
-                ]),
-            )?;
+            build_berth_release()?;
             bench_keystone::run(&options)
         }
         Task::Leaks { delete: false } => leaks::report(&leaks::find()?),
         Task::Leaks { delete: true } => leaks::delete(),
     }
+}
+
+/// `cargo build --release -p berth`: the benchmarks run the release binary.
+fn build_berth_release() -> Result<()> {
+    run::exec(
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+            "build",
+            "--release",
+            "--package",
+            "berth",
+        ]),
+    )
 }
