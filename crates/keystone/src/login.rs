@@ -31,7 +31,7 @@ use crate::{Error, Result, webhook::config_from_env};
 pub const REFRESH_MARGIN: SignedDuration = SignedDuration::from_mins(5);
 
 /// `berth keystone-login` flags; each one wins over its `OS_*` variable.
-#[derive(Debug, Clone, Default, ClapArgs)]
+#[derive(Clone, Default, ClapArgs)]
 pub struct Args {
     /// Keystone's URL (OS_AUTH_URL).
     #[arg(long)]
@@ -81,6 +81,31 @@ pub struct Args {
     /// What to do instead of printing a credential.
     #[command(subcommand)]
     pub action: Option<Action>,
+}
+
+/// Debug without the password or the application credential's secret.
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Args")
+            .field("keystone_url", &self.keystone_url)
+            .field("user_name", &self.user_name)
+            .field("user_id", &self.user_id)
+            .field("password", &redacted(&self.password))
+            .field("domain_name", &self.domain_name)
+            .field("project_name", &self.project_name)
+            .field("project_id", &self.project_id)
+            .field("application_credential_id", &self.application_credential_id)
+            .field("application_credential_name", &self.application_credential_name)
+            .field(
+                "application_credential_secret",
+                &redacted(&self.application_credential_secret),
+            )
+            .field("os_cloud", &self.os_cloud)
+            .field("no_cache", &self.no_cache)
+            .field("logout", &self.logout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Subcommands of `berth keystone-login`.
@@ -314,6 +339,21 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let args = Args {
+            password: Some("hunter2-password".into()),
+            application_credential_secret: Some("appcred-secret".into()),
+            ..Args::default()
+        };
+        let text = format!("{args:?}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("appcred-secret"),
+            "{text}"
+        );
+        assert!(text.contains("<redacted>"));
+    }
 
     #[test]
     fn exec_info_picks_the_version() {
