@@ -1,8 +1,10 @@
 //! The client: one shared login, endpoint lookup, and requests with bounded retries.
 //!
 //! Retry policy, per request:
-//! - a connection that could not be made, 429, 502, 503 and 504 are retried for every method;
-//! - 500 and a timed-out answer only for methods that are safe to repeat (GET, HEAD, PUT, DELETE);
+//! - a connection that could not be made, 429 and 503 are retried for every method;
+//! - 500, 502, 504 and a timed-out answer only for methods that are safe to repeat (GET, HEAD,
+//!   PUT, DELETE): the service may have acted before the error, and a repeated POST would make
+//!   a second object;
 //! - 409 only on the load-balancer service, where it means "wait until the object is no
 //!   longer PENDING_*";
 //! - 401 once, after a fresh login (the token was revoked or expired early).
@@ -687,11 +689,12 @@ impl Client {
                 continue;
             }
             let retryable = match status {
-                StatusCode::TOO_MANY_REQUESTS
-                | StatusCode::BAD_GATEWAY
-                | StatusCode::SERVICE_UNAVAILABLE
-                | StatusCode::GATEWAY_TIMEOUT => true,
-                StatusCode::INTERNAL_SERVER_ERROR => idempotent,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
+                // A gateway's 502/504 or a 500 may come after the service acted: a POST
+                // repeated then could make a second load balancer or floating IP.
+                StatusCode::INTERNAL_SERVER_ERROR | StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => {
+                    idempotent
+                }
                 StatusCode::CONFLICT => service == Service::LoadBalancer,
                 _ => false,
             };

@@ -188,6 +188,47 @@ async fn server_errors_are_retried_for_reads_but_a_500_on_create_is_not() {
 }
 
 #[tokio::test]
+async fn a_gateway_timeout_on_create_is_not_repeated_but_a_503_is() {
+    let server = MockServer::start().await;
+    keystone(&server, jiff::SignedDuration::from_hours(1)).await;
+    Mock::given(method("POST"))
+        .and(path("/lb/v2/lbaas/loadbalancers"))
+        .respond_with(ResponseTemplate::new(504))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/lb/v2/lbaas/loadbalancers"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(1)
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/lb/v2/lbaas/loadbalancers"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(lb_body("PENDING_CREATE")))
+        .with_priority(3)
+        .mount(&server)
+        .await;
+    let (c, m) = client(&server, |_| {});
+    let new = berth_openstack::load_balancer::NewLoadBalancer {
+        name: "x".into(),
+        ..Default::default()
+    };
+    // The gateway may have passed the create on before it timed out: not repeated.
+    let err = c.load_balancer().create(&new).await.unwrap_err();
+    assert!(err.to_string().contains("504"), "{err}");
+    assert_eq!(m.calls("load-balancer", "POST", "504"), 1);
+    assert_eq!(m.calls("load-balancer", "POST", "201"), 0);
+    // A 503 means the service refused it: waited out.
+    let lb = c.load_balancer().create(&new).await.unwrap();
+    assert_eq!(lb.provisioning_status, "PENDING_CREATE");
+    assert_eq!(m.calls("load-balancer", "POST", "503"), 1);
+    assert_eq!(m.calls("load-balancer", "POST", "201"), 1);
+}
+
+#[tokio::test]
 async fn retries_are_bounded() {
     let server = MockServer::start().await;
     keystone(&server, jiff::SignedDuration::from_hours(1)).await;
