@@ -320,6 +320,8 @@ pub struct Global {
     pub use_clouds: bool,
     pub clouds_file: Option<PathBuf>,
     pub cloud: Option<String>,
+    /// Not a cloud.conf key: clouds.yaml's `<service>_endpoint_override`s, by service type.
+    pub endpoint_overrides: BTreeMap<String, String>,
 }
 
 /// `[LoadBalancer]`, with upstream's defaults.
@@ -622,6 +624,7 @@ impl CloudConfig {
         if cloud.verify == Some(false) {
             g.tls_insecure = true;
         }
+        g.endpoint_overrides = cloud.endpoint_overrides();
         let _ = file;
         Ok(())
     }
@@ -746,6 +749,7 @@ impl CloudConfig {
                 key_file: g.key_file.clone(),
                 insecure: g.tls_insecure,
             },
+            endpoint_overrides: g.endpoint_overrides.clone().into_iter().collect(),
             ..ClientOptions::default()
         };
         Ok((
@@ -801,6 +805,7 @@ fn global(v: &Values, var: &dyn Fn(&str) -> Option<String>) -> Global {
         use_clouds: v.bool("use-clouds", false),
         clouds_file: text("clouds-file").map(PathBuf::from),
         cloud: text("cloud"),
+        endpoint_overrides: BTreeMap::new(),
     }
 }
 

@@ -36,6 +36,34 @@ pub struct Cloud {
     pub verify: Option<bool>,
     #[serde(default)]
     pub cacert: Option<String>,
+    /// `<service_type>_endpoint_override` keys (the SDKs' convention, `-` as `_`): a URL used
+    /// instead of the catalog's for that service, e.g. behind a proxy.
+    #[serde(default)]
+    pub compute_endpoint_override: Option<String>,
+    #[serde(default)]
+    pub network_endpoint_override: Option<String>,
+    #[serde(default)]
+    pub load_balancer_endpoint_override: Option<String>,
+    #[serde(default)]
+    pub block_storage_endpoint_override: Option<String>,
+    #[serde(default)]
+    pub image_endpoint_override: Option<String>,
+}
+
+impl Cloud {
+    /// The endpoint overrides it sets, by service type (`load-balancer`, not `load_balancer`).
+    pub fn endpoint_overrides(&self) -> BTreeMap<String, String> {
+        [
+            ("compute", &self.compute_endpoint_override),
+            ("network", &self.network_endpoint_override),
+            ("load-balancer", &self.load_balancer_endpoint_override),
+            ("block-storage", &self.block_storage_endpoint_override),
+            ("image", &self.image_endpoint_override),
+        ]
+        .into_iter()
+        .filter_map(|(service, url)| Some((service.to_owned(), url.clone()?)))
+        .collect()
+    }
 }
 
 /// A cloud's `auth:` block.

@@ -271,7 +271,7 @@ fn clouds_yaml_fills_what_the_file_leaves_out() {
     let clouds = dir.join("clouds.yaml");
     std::fs::write(
         &clouds,
-        "clouds:\n  mycloud:\n    auth:\n      auth_url: http://yaml/v3\n      username: yaml-user\n      password: yaml-pass\n      project_name: demo\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: internal\n  other:\n    auth: {}\n",
+        "clouds:\n  mycloud:\n    auth:\n      auth_url: http://yaml/v3\n      username: yaml-user\n      password: yaml-pass\n      project_name: demo\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: internal\n    load_balancer_endpoint_override: http://proxy:9877/\n  other:\n    auth: {}\n",
     )
     .unwrap();
     let text = format!(
@@ -284,6 +284,15 @@ fn clouds_yaml_fills_what_the_file_leaves_out() {
     assert_eq!(creds.auth_url.as_str(), "http://yaml/v3");
     assert_eq!(options.region.as_deref(), Some("FromFile"), "explicit keys win");
     assert_eq!(options.interface, Interface::Internal);
+    assert_eq!(
+        options
+            .endpoint_overrides
+            .get("load-balancer")
+            .map(String::as_str),
+        Some("http://proxy:9877/"),
+        "clouds.yaml's load_balancer_endpoint_override reaches the client"
+    );
+    assert_eq!(options.endpoint_overrides.len(), 1);
 
     c.global.cloud = Some("nope".into());
     c.global.auth_url = None;
