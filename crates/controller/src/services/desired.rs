@@ -302,19 +302,13 @@ pub fn eligible(node: &Node) -> bool {
         && internal_ip(node).is_some()
 }
 
-/// What of the Nodes matters to load balancers: a change here re-checks every pool.
-pub fn member_fingerprint<'a>(
-    nodes: impl Iterator<Item = &'a Node>,
-) -> BTreeMap<String, (String, BTreeMap<String, String>)> {
-    nodes
-        .filter(|n| eligible(n))
-        .map(|n| {
-            (
-                n.name_any(),
-                (internal_ip(n).unwrap_or_default(), n.labels().clone()),
-            )
-        })
-        .collect()
+/// What of one Node matters to load balancers (`None`: it is no member anywhere): a change
+/// here re-checks every pool.
+pub type MemberView = Option<(String, BTreeMap<String, String>)>;
+
+/// The member view of one Node.
+pub fn member_view(node: &Node) -> MemberView {
+    eligible(node).then(|| (internal_ip(node).unwrap_or_default(), node.labels().clone()))
 }
 
 /// A `k=v,k` label selector (upstream's node-selector format).

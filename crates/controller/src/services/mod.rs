@@ -16,7 +16,7 @@ pub mod gc;
 pub mod octavia;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -157,14 +157,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     );
 
     let (nodes, writer) = reflector::store::<Node>();
-    let (trigger_tx, trigger_rx) = mpsc::unbounded::<()>();
+    let (trigger_tx, trigger_rx) = mpsc::unbounded::<String>();
     let node_reader = nodes.clone();
     let node_watch = watcher(Api::<Node>::all(ctx.kube.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .touched_objects()
-        .for_each(move |_| {
-            let _ = trigger_tx.unbounded_send(());
+        .for_each(move |node| {
+            if let Ok(node) = node {
+                let _ = trigger_tx.unbounded_send(node.name_any());
+            }
             async {}
         });
     let node_task = tokio::spawn(node_watch);
@@ -213,34 +215,43 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     gc.abort();
 }
 
-type Fingerprint = BTreeMap<String, (String, BTreeMap<String, String>)>;
-
-/// Turns Node events into one `()` per change of the member-relevant view, after a short
-/// pause so a burst becomes one.
+/// Turns Node events (the touched Node's name) into one `()` per change of the member view,
+/// after a short pause so a burst becomes one. Each event costs a look at its own Node only:
+/// heartbeats of thousands of Nodes stay cheap.
 fn coalesce(
-    mut events: mpsc::UnboundedReceiver<()>,
+    mut events: mpsc::UnboundedReceiver<String>,
     nodes: Store<Node>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     let (tx, rx) = mpsc::unbounded::<()>();
     tokio::spawn(async move {
-        let print = |s: &Store<Node>| -> Fingerprint {
-            let state = s.state();
-            desired::member_fingerprint(state.iter().map(|n| n.as_ref()))
+        let mut views: HashMap<String, desired::MemberView> = nodes
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), desired::member_view(n)))
+            .collect();
+        // Whether the Node's view changed (a Node gone from the store has none).
+        let mut changed = |name: String| -> bool {
+            let now = nodes
+                .get(&reflector::ObjectRef::new(&name))
+                .and_then(|n| desired::member_view(&n));
+            let before = if now.is_none() {
+                views.remove(&name).flatten()
+            } else {
+                views.insert(name, now.clone()).flatten()
+            };
+            before != now
         };
-        let mut last = print(&nodes);
-        while events.next().await.is_some() {
-            if print(&nodes) == last {
+        while let Some(name) = events.next().await {
+            if !changed(name) {
                 continue;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            // Take what else came in the meantime.
-            while let Ok(()) = events.try_recv() {}
-            let now = print(&nodes);
-            if now != last {
-                last = now;
-                if tx.unbounded_send(()).is_err() {
-                    return;
-                }
+            // Take what else came in the meantime: one re-check for the burst.
+            while let Ok(name) = events.try_recv() {
+                changed(name);
+            }
+            if tx.unbounded_send(()).is_err() {
+                return;
             }
         }
     });
@@ -653,6 +664,10 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
             &uid,
             keep,
             id,
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.load_balancer_ip.as_deref())
+                .filter(|ip| !ip.is_empty()),
             ctx.config.load_balancer.cascade_delete,
         )
         .await?;
