@@ -75,44 +75,6 @@ const NODE_PREFIX: &str = "e2e-bench-lb-";
 const SERVICE_PREFIX: &str = "bench-lb-";
 /// Settling time after a phase before its calls are counted up to (late follow-up calls).
 const SETTLE: Duration = Duration::from_secs(10);
-/// What the in-tree KCM runs: its service controller, and what gives that its credentials
-/// (`--use-service-account-credentials`). up.sh's `--controllers=*,bootstrapsigner,tokencleaner`
-/// comes first and repeated `--controllers` append, so everything else is switched off by name.
-const INTREE_OFF: &[&str] = &[
-    "attachdetach",
-    "cloud-node-lifecycle",
-    "clusterrole-aggregation",
-    "cronjob",
-    "csrapproving",
-    "csrcleaner",
-    "csrsigning",
-    "daemonset",
-    "deployment",
-    "disruption",
-    "endpoint",
-    "endpointslice",
-    "endpointslicemirroring",
-    "ephemeral-volume",
-    "garbagecollector",
-    "horizontalpodautoscaling",
-    "job",
-    "namespace",
-    "nodeipam",
-    "nodelifecycle",
-    "persistentvolume-binder",
-    "persistentvolume-expander",
-    "podgc",
-    "pv-protection",
-    "pvc-protection",
-    "replicaset",
-    "replicationcontroller",
-    "resourcequota",
-    "root-ca-cert-publisher",
-    "route",
-    "statefulset",
-    "ttl",
-    "ttl-after-finished",
-];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Peer {
@@ -191,8 +153,10 @@ impl Bed {
     }
 
     fn start_kcm(&self, cloud_conf: &Path) -> Result<()> {
-        let off: Vec<String> = INTREE_OFF.iter().map(|c| format!("-{c}")).collect();
-        let args = format!("--controllers={} --cluster-name={INTREE_CLUSTER}", off.join(","));
+        let args = format!(
+            "{} --cluster-name={INTREE_CLUSTER}",
+            berth_e2e::kubebed::only_service_controller_flag()
+        );
         exec(
             self.script("up.sh")
                 .env("KUBEBED_KCM", "1")

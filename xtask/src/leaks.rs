@@ -1,7 +1,9 @@
 //! What e2e tests left behind: servers, load balancers, networks, ports, floating IPs,
 //! security groups, volumes and Nodes named (or described) `e2e-…`, and what berth's service
 //! controller made for e2e clusters (tagged `berth-cluster=e2e-…`, or named
-//! `kube_service_e2e-…`) and e2e Services.
+//! `kube_service_e2e-…`) and e2e Services, what benchmarks' clusters (`bench-…`) left, and load
+//! balancers of kube-controller-manager's in-tree provider (`a<uid>`, made only by tests and
+//! benchmarks here).
 
 use anyhow::{Result, bail};
 use berth_e2e::{E2E_PREFIX, Testbed};
@@ -11,13 +13,28 @@ use kube::{
     api::{ListParams, Patch, PatchParams},
 };
 
-/// Made by berth's service controller for an e2e test's cluster.
+/// The cluster-name prefixes of tests (`e2e-…`) and benchmarks (`bench-berth`, `bench-intree`).
+const TEST_CLUSTERS: [&str; 2] = [E2E_PREFIX, "bench-"];
+
+/// Made by berth's service controller for an e2e test's or a benchmark's cluster.
 fn e2e_cluster(name: &str, description: &str, tags: &[String]) -> bool {
-    name.starts_with(&format!("kube_service_{E2E_PREFIX}"))
-        || description.contains(&format!("from cluster {E2E_PREFIX}"))
-        || tags
-            .iter()
-            .any(|t| t.starts_with(&format!("berth-cluster={E2E_PREFIX}")))
+    TEST_CLUSTERS.iter().any(|prefix| {
+        name.starts_with(&format!("kube_service_{prefix}"))
+            || description.contains(&format!("from cluster {prefix}"))
+            || tags
+                .iter()
+                .any(|t| t.starts_with(&format!("berth-cluster={prefix}")))
+    })
+}
+
+/// Made by kube-controller-manager's in-tree provider (`a` + a Service UID without dashes, cut
+/// to 32 characters):
+/// on the testbed only the adoption test and `bench lb` run it.
+fn in_tree(name: &str, description: &str) -> bool {
+    name.len() == 32
+        && name.starts_with('a')
+        && name[1..].bytes().all(|b| b.is_ascii_hexdigit())
+        && description.starts_with("Kubernetes external service")
 }
 
 /// Leftovers, each as `kind name (id)`.
@@ -34,7 +51,22 @@ pub(crate) fn find() -> Result<Vec<String>> {
             found.push(format!("server {} ({}, {})", s.name, s.id, s.status));
         }
         for lb in os.load_balancer().list(&[]).await? {
-            if lb.name.starts_with(E2E_PREFIX) || e2e_cluster(&lb.name, &lb.description, &lb.tags) {
+            if in_tree(&lb.name, &lb.description) {
+                for f in os
+                    .network()
+                    .floating_ips(&[("port_id", lb.vip_port_id.clone())])
+                    .await?
+                {
+                    found.push(format!(
+                        "floating IP {} ({}, in-tree)",
+                        f.floating_ip_address, f.id
+                    ));
+                }
+            }
+            if lb.name.starts_with(E2E_PREFIX)
+                || e2e_cluster(&lb.name, &lb.description, &lb.tags)
+                || in_tree(&lb.name, &lb.description)
+            {
                 found.push(format!(
                     "load balancer {} ({}, {})",
                     lb.name, lb.id, lb.provisioning_status
@@ -148,7 +180,17 @@ pub(crate) fn delete() -> Result<()> {
             }
         }
         for lb in os.load_balancer().list(&[]).await? {
-            if lb.name.starts_with(E2E_PREFIX) || e2e_cluster(&lb.name, &lb.description, &lb.tags) {
+            if in_tree(&lb.name, &lb.description) {
+                // The in-tree provider's floating IPs carry no mark but their port.
+                for f in net.floating_ips(&[("port_id", lb.vip_port_id.clone())]).await? {
+                    eprintln!("deleting floating IP {} (in-tree)", f.floating_ip_address);
+                    net.delete_floating_ip(&f.id).await?;
+                }
+            }
+            if lb.name.starts_with(E2E_PREFIX)
+                || e2e_cluster(&lb.name, &lb.description, &lb.tags)
+                || in_tree(&lb.name, &lb.description)
+            {
                 eprintln!("deleting load balancer {} ({})", lb.name, lb.id);
                 os.load_balancer().delete(&lb.id, true).await?;
                 os.load_balancer().wait_deleted(&lb.id, wait).await?;

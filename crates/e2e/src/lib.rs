@@ -6,8 +6,10 @@
 //! the same name, kept Ready, as a kubelet would keep it. Every test names what it creates with
 //! [`unique_name`], so a leak is easy to find (`cargo xtask leaks`).
 
+pub mod faults;
 mod hollow;
 pub mod keystone;
+pub mod kubebed;
 mod process;
 pub mod services;
 mod testbed;

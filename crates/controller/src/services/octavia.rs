@@ -694,6 +694,18 @@ fn is_ours(fip: &FloatingIp, desired: &Desired, namespace: &str, name: &str, clu
         || fip.description == floating_ip_description(namespace, name, cluster)
 }
 
+/// Whether `fip`, on the VIP of the in-tree provider's load balancer (`a<uid>`) that berth
+/// adopted, is one that provider allocated: it gave them no description and no tags, and
+/// released whatever sat on the VIP when the Service went. An address the Service asks for by
+/// `spec.loadBalancerIP` may be the user's own, so it is never counted as inherited.
+fn inherited_from_in_tree(fip: &FloatingIp, applied: &Applied, uid: &str, requested: Option<&str>) -> bool {
+    applied.name == super::desired::legacy_lb_name(uid)
+        && fip.port_id.as_deref() == Some(applied.vip_port_id.as_str())
+        && fip.description.is_empty()
+        && fip.tags.is_empty()
+        && requested != Some(fip.floating_ip_address.as_str())
+}
+
 /// The identity of a Service, for floating IP descriptions.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceId<'a> {
@@ -719,11 +731,30 @@ pub async fn ensure_floating_ip(
     }
     if !applied.floating_ip_known {
         let on_port = floating_ips(os, ("port_id", applied.vip_port_id.clone())).await?;
-        applied.floating_ip = on_port.first().map(|f| AppliedFloatingIp {
-            id: f.id.clone(),
-            address: f.floating_ip_address.clone(),
-            ours: is_ours(f, desired, id.namespace, id.name, id.cluster),
-        });
+        let requested = desired.floating.as_ref().and_then(|w| w.address.as_deref());
+        applied.floating_ip = match on_port.first() {
+            None => None,
+            Some(f) if inherited_from_in_tree(f, applied, &desired.uid, requested) => {
+                // Tagged now, so that it is released with the Service and the garbage
+                // collector knows it, like one berth allocated.
+                let mut tags = desired.tags.clone();
+                if desired.keep_floating_ip {
+                    tags.push(KEEP_TAG.into());
+                }
+                os.network().set_tags("floatingips", &f.id, &tags).await?;
+                info!(service = %desired.service, fip = %f.floating_ip_address, "took over the in-tree provider's floating IP");
+                Some(AppliedFloatingIp {
+                    id: f.id.clone(),
+                    address: f.floating_ip_address.clone(),
+                    ours: true,
+                })
+            }
+            Some(f) => Some(AppliedFloatingIp {
+                id: f.id.clone(),
+                address: f.floating_ip_address.clone(),
+                ours: is_ours(f, desired, id.namespace, id.name, id.cluster),
+            }),
+        };
         applied.floating_ip_known = true;
     }
     let Some(want) = &desired.floating else {
@@ -932,6 +963,7 @@ pub async fn delete(
     desired_uid: &str,
     keep_floating_ip: bool,
     id: ServiceId<'_>,
+    requested_ip: Option<&str>,
     cascade: bool,
 ) -> Result<(), Error> {
     let octavia = os.load_balancer();
@@ -950,7 +982,8 @@ pub async fn delete(
     }
     for f in fips {
         let ours = f.tags.contains(&service_tag(desired_uid))
-            || f.description == floating_ip_description(id.namespace, id.name, id.cluster);
+            || f.description == floating_ip_description(id.namespace, id.name, id.cluster)
+            || inherited_from_in_tree(&f, applied, desired_uid, requested_ip);
         let applied_fip = AppliedFloatingIp {
             id: f.id.clone(),
             address: f.floating_ip_address.clone(),

@@ -1,0 +1,272 @@
+//! The service controller when Octavia misbehaves for a while. A proxy in front of the
+//! testbed's real Octavia (reached through clouds.yaml's `load_balancer_endpoint_override`,
+//! as a user would put a proxy in) loses a create's answer after Octavia acted, answers 409
+//! and 500: berth waits it out, never makes a second load balancer, tells the user through
+//! Events, holds a deleted Service until its load balancer is really gone, and leaves nothing.
+
+// Test helpers may unwrap: a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
+use std::{collections::BTreeSet, time::Duration};
+
+use berth_e2e::{
+    CloudController, HollowNode, HollowNodeOptions, Testbed, eventually,
+    faults::{Fault, FaultProxy},
+    services::{cluster_objects, create_service, lb_named, lb_service, vip_ports_left, wait_ingress},
+    unique_name,
+};
+use berth_openstack::{Client, client::Service as OsService, load_balancer::LoadBalancer};
+use k8s_openapi::api::core::v1::{Event, Service};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams},
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// `reason: message` of the Service's Events.
+async fn service_events(kube: &kube::Client, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(kube.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Service")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// The member addresses of the load balancer's only pool.
+async fn member_addresses(os: &Client, lb: &LoadBalancer) -> BTreeSet<String> {
+    let octavia = os.load_balancer();
+    let pools = octavia
+        .pools(&[("loadbalancer_id", lb.id.clone())])
+        .await
+        .unwrap();
+    assert_eq!(pools.len(), 1, "one port, one pool");
+    octavia
+        .members(&pools[0].id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.address)
+        .collect()
+}
+
+/// A cloud.conf like the testbed's whose load-balancer calls go through `proxy`.
+fn proxied_cloud_conf(tb: &Testbed, proxy: &FaultProxy, dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let clouds = dir.join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!(
+            "clouds:\n  proxied:\n    load_balancer_endpoint_override: {}\n",
+            proxy.url
+        ),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&tb.cloud_conf).unwrap();
+    assert!(text.contains("[Global]\n"));
+    let text = text.replacen(
+        "[Global]\n",
+        &format!(
+            "[Global]\nuse-clouds = true\nclouds-file = {}\n",
+            clouds.display()
+        ),
+        1,
+    );
+    let conf = dir.join("cloud.conf");
+    std::fs::write(&conf, text).unwrap();
+    conf
+}
+
+#[tokio::test]
+async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing_left() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("faults");
+    let octavia = os.endpoint(OsService::LoadBalancer).await.unwrap();
+    let proxy = FaultProxy::start(&octavia.origin().ascii_serialization())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("faults-conf"));
+    let conf = proxied_cloud_conf(&tb, &proxy, &dir);
+
+    let options = || HollowNodeOptions {
+        heartbeat: Duration::from_secs(2),
+        labels: [("e2e-cluster".to_owned(), cluster.clone())].into(),
+        ..HollowNodeOptions::default()
+    };
+    let selector = format!("e2e-cluster={cluster}");
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        nodes.push(
+            HollowNode::create(&tb, &os, &kube, &unique_name("fln"), options())
+                .await
+                .unwrap(),
+        );
+    }
+    let conf_arg = conf.display().to_string();
+    let ccm = CloudController::start(
+        &tb,
+        "faults",
+        &[
+            "--cloud-config",
+            &conf_arg,
+            "--cluster-name",
+            &cluster,
+            "--controllers",
+            "service",
+            "--leader-elect=false",
+        ],
+    )
+    .unwrap();
+
+    // The create reaches Octavia but its answer is lost; then listing load balancers fails
+    // twice. berth must find the one Octavia made instead of making another.
+    proxy.inject("POST", "/lbaas/loadbalancers", Fault::LoseAnswer, Some(1));
+    proxy.inject("GET", "/lbaas/loadbalancers", Fault::Refuse(500), Some(2));
+    let name = unique_name("flaky");
+    let lb_name = format!("kube_service_{cluster}_default_{name}");
+    create_service(
+        &kube,
+        &lb_service(
+            &name,
+            &[("http", "TCP", 80)],
+            &[
+                (
+                    "service.beta.kubernetes.io/openstack-internal-load-balancer",
+                    "false",
+                ),
+                ("loadbalancer.openstack.org/node-selector", &selector),
+            ],
+            json!({}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let ip = wait_ingress(&kube, &name, WAIT).await.unwrap();
+    let injected = proxy.injected();
+    assert!(
+        injected
+            .iter()
+            .any(|i| i.starts_with("POST /v2/lbaas/loadbalancers -> passed on")),
+        "the create's answer was lost: {injected:?}"
+    );
+    let all: Vec<LoadBalancer> = os
+        .load_balancer()
+        .list(&[("name", lb_name.clone())])
+        .await
+        .unwrap();
+    assert_eq!(
+        all.len(),
+        1,
+        "one load balancer although its create seemed to fail: {all:?}"
+    );
+    let lb = all.into_iter().next().unwrap();
+    let posts = proxy
+        .seen()
+        .iter()
+        .filter(|s| *s == "POST /v2/lbaas/loadbalancers")
+        .count();
+    assert_eq!(posts, 1, "the create was not repeated");
+    let events = service_events(&kube, &name).await;
+    assert!(
+        events.iter().any(|e| e.starts_with("SyncLoadBalancerFailed:")
+            && e.contains("the answer was lost (injected by the e2e fault proxy)")),
+        "the failure reached the user with Octavia's message: {events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e.starts_with("EnsuredLoadBalancer")),
+        "{events:?}"
+    );
+    let fip = os
+        .network()
+        .floating_ips(&[("floating_ip_address", ip.clone())])
+        .await
+        .unwrap();
+    assert_eq!(fip.len(), 1, "the ingress {ip} is a floating IP");
+    assert_eq!(
+        member_addresses(&os, &lb).await,
+        nodes.iter().map(|n| n.internal_ip.clone()).collect()
+    );
+
+    // A Node joins while Octavia answers 409 (the load balancer is busy) three times.
+    proxy.inject("PUT", "/members", Fault::Refuse(409), Some(3));
+    nodes.push(
+        HollowNode::create(&tb, &os, &kube, &unique_name("fln"), options())
+            .await
+            .unwrap(),
+    );
+    let want: BTreeSet<String> = nodes.iter().map(|n| n.internal_ip.clone()).collect();
+    eventually("the joined Node to be a member", WAIT, || async {
+        Ok((member_addresses(&os, &lb).await == want).then_some(()))
+    })
+    .await
+    .unwrap();
+    let conflicts = proxy
+        .injected()
+        .iter()
+        .filter(|i| i.starts_with("PUT ") && i.ends_with("-> 409"))
+        .count();
+    assert_eq!(conflicts, 3, "{:?}", proxy.injected());
+
+    // Deleting while every delete fails: the Service stays (its finalizer) and so does the load
+    // balancer; once Octavia recovers, both go and nothing is left.
+    proxy.inject("DELETE", "/lbaas/", Fault::Refuse(500), None);
+    let services = Api::<Service>::namespaced(kube.clone(), "default");
+    services.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually("a failed delete to be reported", WAIT, || async {
+        let events = service_events(&kube, &name).await;
+        Ok(events
+            .iter()
+            .any(|e| e.starts_with("SyncLoadBalancerFailed:") && e.contains("500"))
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    let held = services.get_opt(&name).await.unwrap();
+    assert!(
+        held.is_some_and(|s| s.metadata.deletion_timestamp.is_some()),
+        "the Service is held by its finalizer while its load balancer cannot be deleted"
+    );
+    let status = os.load_balancer().get(&lb.id).await.unwrap().provisioning_status;
+    assert!(
+        !matches!(status.as_str(), "PENDING_DELETE" | "DELETED"),
+        "no delete reached Octavia: {status}"
+    );
+    proxy.clear();
+    eventually("the Service gone", WAIT, || async {
+        Ok(services.get_opt(&name).await?.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(lb_named(&os, &lb_name).await.unwrap().is_none());
+    assert_eq!(
+        cluster_objects(&os, &cluster).await.unwrap(),
+        Vec::<String>::new(),
+        "no load balancer, floating IP or security group of the cluster is left"
+    );
+    assert_eq!(
+        vip_ports_left(&os, std::slice::from_ref(&lb.id)).await.unwrap(),
+        Vec::<String>::new()
+    );
+    drop(ccm);
+    for n in nodes {
+        n.remove(&os, &kube).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
