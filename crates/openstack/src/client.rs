@@ -222,6 +222,8 @@ pub(crate) struct Req<'a> {
     pub(crate) body: Option<&'a Value>,
     /// Keystone's `X-Subject-Token`: the token a request is about.
     pub(crate) subject_token: Option<&'a Secret>,
+    /// Neutron's compare-and-swap: `If-Match: revision_number=<n>` (412 when it moved on).
+    pub(crate) if_match: Option<String>,
 }
 
 impl Client {
@@ -627,6 +629,9 @@ impl Client {
             if let Some(subject) = req.subject_token {
                 rb = rb.header("x-subject-token", subject.expose());
             }
+            if let Some(m) = &req.if_match {
+                rb = rb.header("if-match", m.as_str());
+            }
             let started = std::time::Instant::now();
             let outcome = rb.send().await;
             let last_try = attempt >= opts.max_attempts;
@@ -721,7 +726,7 @@ impl Client {
 }
 
 /// The object under `key` of an answer, decoded.
-fn unwrap_key<T: DeserializeOwned>(
+pub(crate) fn unwrap_key<T: DeserializeOwned>(
     service: Service,
     method: Method,
     path: &str,

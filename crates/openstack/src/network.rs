@@ -94,6 +94,12 @@ pub struct Port {
     /// Whether port security (and so anti-spoofing) is on.
     #[serde(default)]
     pub port_security_enabled: Option<bool>,
+    /// Its security groups.
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    /// Neutron's revision, for compare-and-swap updates.
+    #[serde(default)]
+    pub revision_number: Option<u64>,
     /// Tags.
     #[serde(default)]
     pub tags: Vec<String>,
@@ -334,6 +340,27 @@ impl Networking<'_> {
                 json!({ "allowed_address_pairs": pairs }),
             )
             .await
+    }
+
+    /// Replaces a port's security groups, only if the port is still at `revision` (Neutron's
+    /// `If-Match`; a port changed meanwhile gives a 412 error, to re-read and retry).
+    pub async fn set_port_security_groups(&self, port: &Port, groups: &[String]) -> Result<Port> {
+        let body = json!({ "port": { "security_groups": groups } });
+        let path = format!("ports/{}", port.id);
+        let v: Value = self
+            .client
+            .call(
+                Service::Network,
+                Method::PUT,
+                &path,
+                Req {
+                    body: Some(&body),
+                    if_match: port.revision_number.map(|r| format!("revision_number={r}")),
+                    ..Req::default()
+                },
+            )
+            .await?;
+        crate::client::unwrap_key(Service::Network, Method::PUT, &path, v, "port")
     }
 
     /// Adds routes to a router in one atomic call (`extraroute-atomic`); routes it has already

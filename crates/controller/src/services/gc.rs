@@ -112,13 +112,13 @@ pub async fn sweep(
         o.action = if dry_run {
             "would delete".into()
         } else {
-            match os.network().delete_security_group(&sg.id).await {
+            match super::security_group::delete_group(os, &sg.id).await {
                 Ok(()) => "deleted".into(),
                 // Still on a port that is going away with its load balancer: next sweep.
-                Err(e) if e.status().is_some_and(|s| s.as_u16() == 409) => {
+                Err(crate::Error::OpenStack(e)) if e.status().is_some_and(|s| s.as_u16() == 409) => {
                     "left for the next sweep (in use)".into()
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         };
         orphans.push(o);

@@ -14,6 +14,7 @@
 pub mod desired;
 pub mod gc;
 pub mod octavia;
+pub mod security_group;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -555,6 +556,9 @@ async fn apply(
     };
     octavia::update(os, desired, &mut applied).await?;
     let notice = octavia::ensure_floating_ip(os, desired, id, &mut applied).await?;
+    if shared.ctx.config.load_balancer.manage_security_groups && applied.owned {
+        security_group::ensure(os, desired, &mut applied).await?;
+    }
     Ok((applied, notice))
 }
 

@@ -78,6 +78,8 @@ pub struct Applied {
     pub floating_ip: Option<AppliedFloatingIp>,
     /// Whether the floating IP was looked for (a load balancer made by others may have one).
     pub floating_ip_known: bool,
+    /// The security group on the members' ports (`manage-security-groups`), once ensured.
+    pub security_group: Option<super::security_group::AppliedGroup>,
 }
 
 impl Applied {
@@ -235,6 +237,7 @@ fn applied_from(lb: &LoadBalancer, owned: bool, ports: Vec<AppliedPort>) -> Appl
         ports,
         floating_ip: None,
         floating_ip_known: false,
+        security_group: None,
     }
 }
 
@@ -996,6 +999,8 @@ pub async fn delete(
             release(os, &applied_fip, true).await?;
         }
     }
+    // Its security group (`manage-security-groups`, now or before) off the Nodes' ports.
+    super::security_group::delete(os, &applied.id).await?;
     if cascade {
         octavia.delete(&applied.id, true).await?;
     } else {

@@ -379,6 +379,7 @@ fn applied_from(d: &Desired) -> Applied {
             .collect(),
         floating_ip: None,
         floating_ip_known: true,
+        security_group: None,
     }
 }
 
@@ -458,4 +459,28 @@ fn names_are_cut_to_octavias_limit() {
     let long = "n".repeat(300);
     assert_eq!(lb_name("c", "ns", &long).len(), 255);
     assert_eq!(legacy_lb_name("0123456789abcdef-0123456789abcdef-ff").len(), 32);
+}
+
+#[test]
+fn security_group_rules_open_node_ports_to_member_subnets() {
+    use crate::services::security_group::{Rule, wanted_rules};
+    let cfg = config("create-monitor = true");
+    let nodes = [
+        node("n1", "10.0.0.5", true, json!({})),
+        node("n2", "10.1.0.5", true, json!({})),
+    ];
+    let local = json!({ "externalTrafficPolicy": "Local", "healthCheckNodePort": 32000,
+        "ports": [{ "protocol": "UDP", "port": 53, "nodePort": 30053 }] });
+    let d = build_with(&cfg, &service(json!({}), local), &nodes).unwrap();
+    // n2's subnet is unknown (no port found): no rule is made from a guess.
+    let cidrs = [("10.0.0.5".to_owned(), "10.0.0.0/24".to_owned())].into();
+    let rule = |protocol: &str, port| Rule {
+        protocol: protocol.into(),
+        port,
+        remote: "10.0.0.0/24".into(),
+    };
+    assert_eq!(
+        wanted_rules(&d, &cidrs),
+        [rule("udp", 30053), rule("tcp", 32000)].into()
+    );
 }
