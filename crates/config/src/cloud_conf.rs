@@ -573,6 +573,29 @@ impl CloudConfig {
                 });
             }
         }
+        // Upstream options berth reads but does not act on yet: said once, where they are.
+        for (key, what) in [
+            (
+                "default-tls-container-ref",
+                "berth makes no TLS-terminating listeners yet: the Services' ports stay TCP",
+            ),
+            (
+                "provider-requires-serial-api-calls",
+                "berth always creates a load balancer in one fully populated call",
+            ),
+            (
+                "max-shared-lb",
+                "berth does not limit how many Services share a load balancer (load-balancer-id)",
+            ),
+        ] {
+            if lb.text(key).is_some() {
+                config.warnings.push(Warning {
+                    path: path.to_owned(),
+                    line: lb.line(key).unwrap_or(0),
+                    message: format!("[LoadBalancer] {key} is not supported yet: {what}"),
+                });
+            }
+        }
         if lb.text("use-octavia").is_some() {
             config.warnings.push(Warning {
                 path: path.to_owned(),

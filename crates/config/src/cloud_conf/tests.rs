@@ -312,3 +312,19 @@ fn durations_like_go() {
     assert!(parse_duration("5").is_err());
     assert!(parse_duration("5d").is_err());
 }
+
+#[test]
+fn options_berth_does_not_act_on_yet_are_warnings_with_their_line() {
+    let c = parse("[Global]\nauth-url = http://k/v3\n[LoadBalancer]\nsubnet-id = s\nmax-shared-lb = 3\nprovider-requires-serial-api-calls = true\n").unwrap();
+    let messages: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[1]
+            .starts_with("/etc/kubernetes/cloud.conf:5: [LoadBalancer] max-shared-lb is not supported yet"),
+        "{}",
+        messages[1]
+    );
+    assert!(
+        messages[0].contains(":6: [LoadBalancer] provider-requires-serial-api-calls is not supported yet")
+    );
+}
