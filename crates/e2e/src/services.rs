@@ -1,17 +1,20 @@
 //! LoadBalancer Services for the service-controller tests, and what they leave in OpenStack.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use anyhow::{Result, bail};
 use berth_openstack::{Client, load_balancer::LoadBalancer};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Event, Service};
 use kube::{
     Api,
-    api::{DeleteParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
 use serde_json::json;
 
-use crate::eventually;
+use crate::{CloudController, HollowNodeOptions, Testbed, eventually};
 
 /// A Service port: name, protocol, port.
 pub type ServicePort<'a> = (&'a str, &'a str, u16);
@@ -132,4 +135,74 @@ pub async fn vip_ports_left(os: &Client, lb_ids: &[String]) -> Result<Vec<String
         }
     }
     Ok(left)
+}
+
+/// Options of a hollow Node labelled `e2e-cluster=<cluster>`: a test's Services select such
+/// Nodes ([`node_selector`]), so their members are the test's Nodes whatever else the shared
+/// cluster holds.
+pub fn labelled_node(cluster: &str) -> HollowNodeOptions {
+    HollowNodeOptions {
+        heartbeat: Duration::from_secs(2),
+        labels: [("e2e-cluster".to_owned(), cluster.to_owned())].into(),
+        ..HollowNodeOptions::default()
+    }
+}
+
+/// The `loadbalancer.openstack.org/node-selector` value that picks [`labelled_node`]s.
+pub fn node_selector(cluster: &str) -> String {
+    format!("e2e-cluster={cluster}")
+}
+
+/// `berth cloud-controller` with only its service controller, for `cluster`, plus `extra` flags.
+pub fn service_controller(
+    testbed: &Testbed,
+    log_name: &str,
+    cluster: &str,
+    extra: &[&str],
+) -> Result<CloudController> {
+    let mut args = vec![
+        "--cluster-name",
+        cluster,
+        "--controllers",
+        "service",
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
+    CloudController::start(testbed, log_name, &args)
+}
+
+/// `reason: message` of every Event about the Service `name` in `default`.
+pub async fn service_events(kube: &kube::Client, name: &str) -> Result<Vec<String>> {
+    Ok(Api::<Event>::namespaced(kube.clone(), "default")
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Service")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
+/// The member addresses of a load balancer with one pool.
+pub async fn single_pool_members(os: &Client, lb: &LoadBalancer) -> Result<BTreeSet<String>> {
+    let octavia = os.load_balancer();
+    let pools = octavia.pools(&[("loadbalancer_id", lb.id.clone())]).await?;
+    if pools.len() != 1 {
+        bail!("load balancer {} has {} pools, not one", lb.id, pools.len());
+    }
+    Ok(octavia
+        .members(&pools[0].id)
+        .await?
+        .into_iter()
+        .map(|m| m.address)
+        .collect())
 }

@@ -15,31 +15,18 @@ use std::{collections::BTreeSet, time::Duration};
 use berth_e2e::{
     CloudController, HollowNode, HollowNodeOptions, Testbed, eventually,
     kubebed::{InTreeKcm, KubeBed},
-    services::{create_service, delete_service, lb_service, vip_ports_left, wait_ingress},
+    services::{
+        create_service, delete_service, lb_service, service_controller, single_pool_members, vip_ports_left,
+        wait_ingress,
+    },
     unique_name,
 };
-use berth_openstack::{Client, load_balancer::LoadBalancer};
+use berth_openstack::load_balancer::LoadBalancer;
 use k8s_openapi::api::core::v1::Service;
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-async fn members(os: &Client, lb: &LoadBalancer) -> BTreeSet<String> {
-    let octavia = os.load_balancer();
-    let pools = octavia
-        .pools(&[("loadbalancer_id", lb.id.clone())])
-        .await
-        .unwrap();
-    assert_eq!(pools.len(), 1, "one port, one pool: {pools:?}");
-    octavia
-        .members(&pools[0].id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.address)
-        .collect()
-}
 
 /// Calls of `method` to Octavia in berth's own count.
 async fn octavia_calls(ccm: &CloudController, method: &str) -> f64 {
@@ -120,18 +107,7 @@ async fn a_load_balancer_made_by_the_in_tree_provider_is_taken_over_without_re_c
 
     // The switch: the in-tree provider stops, berth starts with the same cloud.conf.
     bed.stop_kcm().unwrap();
-    let ccm = CloudController::start(
-        &tb,
-        "adopt",
-        &[
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let ccm = service_controller(&tb, "adopt", &cluster, &[]).unwrap();
     // A second Node: berth must act on the adopted load balancer to make it a member.
     nodes.push(
         HollowNode::create(&tb, &os, &kube, &unique_name("adn"), options())
@@ -140,7 +116,7 @@ async fn a_load_balancer_made_by_the_in_tree_provider_is_taken_over_without_re_c
     );
     let want: BTreeSet<String> = nodes.iter().map(|n| n.internal_ip.clone()).collect();
     eventually("berth to add the new Node to the adopted pool", WAIT, || async {
-        Ok((members(&os, &made).await == want).then_some(()))
+        Ok((single_pool_members(&os, &made).await? == want).then_some(()))
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\nberth log:\n{}", ccm.log_text()));

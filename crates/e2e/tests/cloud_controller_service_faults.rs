@@ -10,59 +10,20 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use berth_e2e::{
-    CloudController, HollowNode, HollowNodeOptions, Testbed, eventually,
+    HollowNode, Testbed, eventually,
     faults::{Fault, FaultProxy},
-    services::{cluster_objects, create_service, lb_named, lb_service, vip_ports_left, wait_ingress},
+    services::{
+        cluster_objects, create_service, labelled_node, lb_named, lb_service, node_selector,
+        service_controller, service_events, single_pool_members, vip_ports_left, wait_ingress,
+    },
     unique_name,
 };
-use berth_openstack::{Client, client::Service as OsService, load_balancer::LoadBalancer};
-use k8s_openapi::api::core::v1::{Event, Service};
-use kube::{
-    Api,
-    api::{DeleteParams, ListParams},
-};
+use berth_openstack::{client::Service as OsService, load_balancer::LoadBalancer};
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, api::DeleteParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-/// `reason: message` of the Service's Events.
-async fn service_events(kube: &kube::Client, name: &str) -> Vec<String> {
-    Api::<Event>::namespaced(kube.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.kind.as_deref() == Some("Service")
-                && e.involved_object.name.as_deref() == Some(name)
-        })
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default()
-            )
-        })
-        .collect()
-}
-
-/// The member addresses of the load balancer's only pool.
-async fn member_addresses(os: &Client, lb: &LoadBalancer) -> BTreeSet<String> {
-    let octavia = os.load_balancer();
-    let pools = octavia
-        .pools(&[("loadbalancer_id", lb.id.clone())])
-        .await
-        .unwrap();
-    assert_eq!(pools.len(), 1, "one port, one pool");
-    octavia
-        .members(&pools[0].id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.address)
-        .collect()
-}
 
 /// A cloud.conf like the testbed's whose load-balancer calls go through `proxy`.
 fn proxied_cloud_conf(tb: &Testbed, proxy: &FaultProxy, dir: &std::path::Path) -> std::path::PathBuf {
@@ -104,35 +65,17 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
     let dir = std::env::temp_dir().join(unique_name("faults-conf"));
     let conf = proxied_cloud_conf(&tb, &proxy, &dir);
 
-    let options = || HollowNodeOptions {
-        heartbeat: Duration::from_secs(2),
-        labels: [("e2e-cluster".to_owned(), cluster.clone())].into(),
-        ..HollowNodeOptions::default()
-    };
-    let selector = format!("e2e-cluster={cluster}");
+    let selector = node_selector(&cluster);
     let mut nodes = Vec::new();
     for _ in 0..2 {
         nodes.push(
-            HollowNode::create(&tb, &os, &kube, &unique_name("fln"), options())
+            HollowNode::create(&tb, &os, &kube, &unique_name("fln"), labelled_node(&cluster))
                 .await
                 .unwrap(),
         );
     }
     let conf_arg = conf.display().to_string();
-    let ccm = CloudController::start(
-        &tb,
-        "faults",
-        &[
-            "--cloud-config",
-            &conf_arg,
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let ccm = service_controller(&tb, "faults", &cluster, &["--cloud-config", &conf_arg]).unwrap();
 
     // The create reaches Octavia but its answer is lost; then listing load balancers fails
     // twice. berth must find the one Octavia made instead of making another.
@@ -183,7 +126,7 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
         .filter(|s| *s == "POST /v2/lbaas/loadbalancers")
         .count();
     assert_eq!(posts, 1, "the create was not repeated");
-    let events = service_events(&kube, &name).await;
+    let events = service_events(&kube, &name).await.unwrap();
     assert!(
         events.iter().any(|e| e.starts_with("SyncLoadBalancerFailed:")
             && e.contains("the answer was lost (injected by the e2e fault proxy)")),
@@ -200,20 +143,20 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
         .unwrap();
     assert_eq!(fip.len(), 1, "the ingress {ip} is a floating IP");
     assert_eq!(
-        member_addresses(&os, &lb).await,
+        single_pool_members(&os, &lb).await.unwrap(),
         nodes.iter().map(|n| n.internal_ip.clone()).collect()
     );
 
     // A Node joins while Octavia answers 409 (the load balancer is busy) three times.
     proxy.inject("PUT", "/members", Fault::Refuse(409), Some(3));
     nodes.push(
-        HollowNode::create(&tb, &os, &kube, &unique_name("fln"), options())
+        HollowNode::create(&tb, &os, &kube, &unique_name("fln"), labelled_node(&cluster))
             .await
             .unwrap(),
     );
     let want: BTreeSet<String> = nodes.iter().map(|n| n.internal_ip.clone()).collect();
     eventually("the joined Node to be a member", WAIT, || async {
-        Ok((member_addresses(&os, &lb).await == want).then_some(()))
+        Ok((single_pool_members(&os, &lb).await.unwrap() == want).then_some(()))
     })
     .await
     .unwrap();
@@ -230,7 +173,7 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
     let services = Api::<Service>::namespaced(kube.clone(), "default");
     services.delete(&name, &DeleteParams::default()).await.unwrap();
     eventually("a failed delete to be reported", WAIT, || async {
-        let events = service_events(&kube, &name).await;
+        let events = service_events(&kube, &name).await.unwrap();
         Ok(events
             .iter()
             .any(|e| e.starts_with("SyncLoadBalancerFailed:") && e.contains("500"))

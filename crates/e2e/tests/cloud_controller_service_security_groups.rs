@@ -9,8 +9,11 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use berth_e2e::{
-    CloudController, HollowNode, HollowNodeOptions, Testbed, eventually,
-    services::{cluster_objects, create_service, delete_service, lb_named, lb_service, wait_ingress},
+    HollowNode, Testbed, eventually,
+    services::{
+        cluster_objects, create_service, delete_service, labelled_node, lb_named, lb_service, node_selector,
+        service_controller, wait_ingress,
+    },
     unique_name,
 };
 use berth_openstack::{Client, network::Port};
@@ -73,35 +76,17 @@ async fn a_security_group_opens_the_node_ports_on_exactly_the_members_and_goes_w
     .unwrap();
     let conf_arg = conf.display().to_string();
 
-    let options = || HollowNodeOptions {
-        heartbeat: Duration::from_secs(2),
-        labels: [("e2e-cluster".to_owned(), cluster.clone())].into(),
-        ..HollowNodeOptions::default()
-    };
-    let selector = format!("e2e-cluster={cluster}");
+    let selector = node_selector(&cluster);
     let mut nodes = Vec::new();
     for _ in 0..2 {
         nodes.push(
-            HollowNode::create(&tb, &os, &kube, &unique_name("sgn"), options())
+            HollowNode::create(&tb, &os, &kube, &unique_name("sgn"), labelled_node(&cluster))
                 .await
                 .unwrap(),
         );
     }
     let groups_before = port_of(&os, &nodes[0].internal_ip).await.security_groups;
-    let _ccm = CloudController::start(
-        &tb,
-        "sg",
-        &[
-            "--cloud-config",
-            &conf_arg,
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let _ccm = service_controller(&tb, "sg", &cluster, &["--cloud-config", &conf_arg]).unwrap();
 
     let name = unique_name("guarded");
     create_service(
@@ -168,7 +153,7 @@ async fn a_security_group_opens_the_node_ports_on_exactly_the_members_and_goes_w
 
     // A joining Node's port gets it.
     nodes.push(
-        HollowNode::create(&tb, &os, &kube, &unique_name("sgn"), options())
+        HollowNode::create(&tb, &os, &kube, &unique_name("sgn"), labelled_node(&cluster))
             .await
             .unwrap(),
     );

@@ -8,15 +8,16 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use berth_e2e::{
-    CloudController, HollowNode, HollowNodeOptions, Testbed, eventually,
+    CloudController, HollowNode, Testbed, eventually,
     services::{
-        cluster_objects, create_service, delete_service, lb_named, lb_service, vip_ports_left, wait_ingress,
+        cluster_objects, create_service, delete_service, labelled_node, lb_named, lb_service, node_selector,
+        service_controller, service_events, vip_ports_left, wait_ingress,
     },
     unique_name,
 };
 use berth_openstack::{Client, load_balancer::LoadBalancer};
-use k8s_openapi::api::core::v1::{Event, Service};
-use kube::{Api, api::ListParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -72,17 +73,11 @@ fn expected(svc: &Service, ips: &[&str]) -> Vec<(u16, BTreeSet<String>)> {
 }
 
 async fn service_event_reasons(kube: &kube::Client, name: &str) -> Vec<String> {
-    Api::<Event>::namespaced(kube.clone(), "default")
-        .list(&ListParams::default())
+    service_events(kube, name)
         .await
         .unwrap()
-        .items
         .into_iter()
-        .filter(|e| {
-            e.involved_object.kind.as_deref() == Some("Service")
-                && e.involved_object.name.as_deref() == Some(name)
-        })
-        .filter_map(|e| e.reason)
+        .filter_map(|e| Some(e.split_once(':')?.0.to_owned()))
         .collect()
 }
 
@@ -106,12 +101,8 @@ async fn private_and_public_services_get_ingress_follow_nodes_and_leave_nothing(
     let cluster = unique_name("lbc");
     // This test's Nodes carry a label of its own, and its Services select them: the members
     // are exactly these Nodes whatever else the cluster holds.
-    let options = || HollowNodeOptions {
-        heartbeat: Duration::from_secs(2),
-        labels: [("e2e-cluster".to_owned(), cluster.clone())].into(),
-        ..HollowNodeOptions::default()
-    };
-    let selector = format!("e2e-cluster={cluster}");
+    let options = || labelled_node(&cluster);
+    let selector = node_selector(&cluster);
     let select = ("loadbalancer.openstack.org/node-selector", selector.as_str());
     let mut nodes = Vec::new();
     for _ in 0..2 {
@@ -121,18 +112,7 @@ async fn private_and_public_services_get_ingress_follow_nodes_and_leave_nothing(
                 .unwrap(),
         );
     }
-    let ccm = CloudController::start(
-        &tb,
-        "services",
-        &[
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let ccm = service_controller(&tb, "services", &cluster, &[]).unwrap();
 
     // The seeds' pair: a private load balancer on the cluster subnet (multi-port, UDP) and a
     // public one with a floating IP, source ranges, a health monitor and client affinity.
@@ -504,14 +484,7 @@ async fn a_restart_mid_create_makes_no_duplicate_and_a_service_deleted_while_pen
     let os = tb.openstack_demo().await.unwrap();
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("crash");
-    let args = [
-        "--cluster-name",
-        cluster.as_str(),
-        "--controllers",
-        "service",
-        "--leader-elect=false",
-    ];
-    let mut ccm = CloudController::start(&tb, "crash", &args).unwrap();
+    let mut ccm = service_controller(&tb, "crash", &cluster, &[]).unwrap();
     let internal = [(
         "service.beta.kubernetes.io/openstack-internal-load-balancer",
         "true",
@@ -532,7 +505,7 @@ async fn a_restart_mid_create_makes_no_duplicate_and_a_service_deleted_while_pen
     .await
     .unwrap();
     ccm.kill();
-    let mut ccm = CloudController::start(&tb, "crash-restarted", &args).unwrap();
+    let mut ccm = service_controller(&tb, "crash-restarted", &cluster, &[]).unwrap();
     let ip = wait_ingress(&kube, &first, WAIT).await.unwrap();
     let all: Vec<LoadBalancer> = os
         .load_balancer()
@@ -583,18 +556,7 @@ async fn kept_floating_ips_hostnames_and_requested_addresses() {
     let os = tb.openstack_demo().await.unwrap();
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("fip");
-    let _ccm = CloudController::start(
-        &tb,
-        "fip",
-        &[
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let _ccm = service_controller(&tb, "fip", &cluster, &[]).unwrap();
 
     // keep-floatingip and hostname: the ingress shows the hostname; the address outlives the
     // Service, marked so that the garbage collector leaves it too.
@@ -676,18 +638,7 @@ async fn sctp_is_refused_with_an_event_and_type_changes_clean_up() {
     let os = tb.openstack_demo().await.unwrap();
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("sctp");
-    let _ccm = CloudController::start(
-        &tb,
-        "sctp",
-        &[
-            "--cluster-name",
-            &cluster,
-            "--controllers",
-            "service",
-            "--leader-elect=false",
-        ],
-    )
-    .unwrap();
+    let _ccm = service_controller(&tb, "sctp", &cluster, &[]).unwrap();
     let sctp = unique_name("sctp");
     create_service(
         &kube,
@@ -696,14 +647,10 @@ async fn sctp_is_refused_with_an_event_and_type_changes_clean_up() {
     .await
     .unwrap();
     let message = eventually("a SyncLoadBalancerFailed event", WAIT, || async {
-        let events = Api::<Event>::namespaced(kube.clone(), "default")
-            .list(&ListParams::default())
-            .await?;
-        Ok(events.items.into_iter().find_map(|e| {
-            (e.involved_object.name.as_deref() == Some(sctp.as_str())
-                && e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
-            .then(|| e.message.unwrap_or_default())
-        }))
+        Ok(service_events(&kube, &sctp)
+            .await?
+            .into_iter()
+            .find_map(|e| e.strip_prefix("SyncLoadBalancerFailed: ").map(str::to_owned)))
     })
     .await
     .unwrap();
