@@ -580,10 +580,6 @@ impl CloudConfig {
                 "berth makes no TLS-terminating listeners yet: the Services' ports stay TCP",
             ),
             (
-                "provider-requires-serial-api-calls",
-                "berth always creates a load balancer in one fully populated call",
-            ),
-            (
                 "max-shared-lb",
                 "berth does not limit how many Services share a load balancer (load-balancer-id)",
             ),

@@ -13,7 +13,7 @@ use berth_e2e::{
     HollowNode, Testbed, eventually,
     faults::{Fault, FaultProxy},
     services::{
-        cluster_objects, create_service, labelled_node, lb_named, lb_service, node_selector,
+        cluster_objects, create_service, delete_service, labelled_node, lb_named, lb_service, node_selector,
         service_controller, service_events, single_pool_members, vip_ports_left, wait_ingress,
     },
     unique_name,
@@ -25,8 +25,14 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// A cloud.conf like the testbed's whose load-balancer calls go through `proxy`.
-fn proxied_cloud_conf(tb: &Testbed, proxy: &FaultProxy, dir: &std::path::Path) -> std::path::PathBuf {
+/// A cloud.conf like the testbed's whose load-balancer calls go through `proxy`, with
+/// `lb_extra` lines added to `[LoadBalancer]`.
+fn proxied_cloud_conf(
+    tb: &Testbed,
+    proxy: &FaultProxy,
+    dir: &std::path::Path,
+    lb_extra: &str,
+) -> std::path::PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let clouds = dir.join("clouds.yaml");
     std::fs::write(
@@ -47,6 +53,8 @@ fn proxied_cloud_conf(tb: &Testbed, proxy: &FaultProxy, dir: &std::path::Path) -
         ),
         1,
     );
+    assert!(text.contains("[LoadBalancer]\n"));
+    let text = text.replacen("[LoadBalancer]\n", &format!("[LoadBalancer]\n{lb_extra}"), 1);
     let conf = dir.join("cloud.conf");
     std::fs::write(&conf, text).unwrap();
     conf
@@ -63,7 +71,7 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
         .await
         .unwrap();
     let dir = std::env::temp_dir().join(unique_name("faults-conf"));
-    let conf = proxied_cloud_conf(&tb, &proxy, &dir);
+    let conf = proxied_cloud_conf(&tb, &proxy, &dir, "");
 
     let selector = node_selector(&cluster);
     let mut nodes = Vec::new();
@@ -211,5 +219,96 @@ async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing
     for n in nodes {
         n.remove(&os, &kube).await.unwrap();
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn with_provider_requires_serial_api_calls_the_tree_is_built_one_object_at_a_time() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("serial");
+    let octavia = os.endpoint(OsService::LoadBalancer).await.unwrap();
+    // No faults: the proxy only records the calls.
+    let proxy = FaultProxy::start(&octavia.origin().ascii_serialization())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("serial-conf"));
+    let conf = proxied_cloud_conf(&tb, &proxy, &dir, "provider-requires-serial-api-calls = true\n");
+    let node = HollowNode::create(&tb, &os, &kube, &unique_name("srn"), labelled_node(&cluster))
+        .await
+        .unwrap();
+    let conf_arg = conf.display().to_string();
+    let ccm = service_controller(&tb, "serial", &cluster, &["--cloud-config", &conf_arg]).unwrap();
+    let name = unique_name("serial");
+    let selector = node_selector(&cluster);
+    create_service(
+        &kube,
+        &lb_service(
+            &name,
+            &[("http", "TCP", 80)],
+            &[
+                (
+                    "service.beta.kubernetes.io/openstack-internal-load-balancer",
+                    "true",
+                ),
+                ("loadbalancer.openstack.org/node-selector", &selector),
+                ("loadbalancer.openstack.org/enable-health-monitor", "true"),
+            ],
+            json!({}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    wait_ingress(&kube, &name, WAIT).await.unwrap();
+    let writes: Vec<String> = proxy
+        .seen()
+        .into_iter()
+        .filter(|s| !s.starts_with("GET "))
+        .map(|s| {
+            // Ids out: `PUT /v2/lbaas/pools/<id>/members` → `PUT pools/members`.
+            let (method, path) = s.split_once(' ').unwrap();
+            let parts: Vec<&str> = path
+                .trim_start_matches("/v2/lbaas/")
+                .split('/')
+                .filter(|p| p.len() != 36)
+                .collect();
+            format!("{method} {}", parts.join("/"))
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            "POST loadbalancers",
+            "POST listeners",
+            "POST pools",
+            "PUT pools/members",
+            "POST healthmonitors"
+        ],
+        "a bare load balancer, then one object per call"
+    );
+    let lb = lb_named(&os, &format!("kube_service_{cluster}_default_{name}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        single_pool_members(&os, &lb).await.unwrap(),
+        [node.internal_ip.clone()].into()
+    );
+    let pools = os
+        .load_balancer()
+        .pools(&[("loadbalancer_id", lb.id.clone())])
+        .await
+        .unwrap();
+    assert!(pools[0].healthmonitor_id.is_some(), "the monitor is there");
+
+    delete_service(&kube, &name, WAIT).await.unwrap();
+    assert_eq!(
+        cluster_objects(&os, &cluster).await.unwrap(),
+        Vec::<String>::new()
+    );
+    drop(ccm);
+    node.remove(&os, &kube).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -315,7 +315,7 @@ fn durations_like_go() {
 
 #[test]
 fn options_berth_does_not_act_on_yet_are_warnings_with_their_line() {
-    let c = parse("[Global]\nauth-url = http://k/v3\n[LoadBalancer]\nsubnet-id = s\nmax-shared-lb = 3\nprovider-requires-serial-api-calls = true\n").unwrap();
+    let c = parse("[Global]\nauth-url = http://k/v3\n[LoadBalancer]\nsubnet-id = s\nmax-shared-lb = 3\ndefault-tls-container-ref = x\nprovider-requires-serial-api-calls = true\n").unwrap();
     let messages: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert!(
@@ -324,7 +324,9 @@ fn options_berth_does_not_act_on_yet_are_warnings_with_their_line() {
         "{}",
         messages[1]
     );
+    assert!(messages[0].contains(":6: [LoadBalancer] default-tls-container-ref is not supported yet"));
     assert!(
-        messages[0].contains(":6: [LoadBalancer] provider-requires-serial-api-calls is not supported yet")
+        c.load_balancer.provider_requires_serial_api_calls,
+        "acted on: no warning"
     );
 }

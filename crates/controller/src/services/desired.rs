@@ -223,6 +223,9 @@ pub struct Desired {
     pub hostname_suffix: Option<String>,
     /// Nothing was said about the VIP's subnet or network: it is found from a member's port.
     pub detect_subnet: bool,
+    /// `provider-requires-serial-api-calls`: a bare load balancer first, then each listener,
+    /// pool, member set and monitor in calls of their own.
+    pub serial_api_calls: bool,
 }
 
 /// The tag on everything berth makes for a cluster.
@@ -726,6 +729,7 @@ pub fn build<'n>(
         hostname_suffix: (cfg.enable_ingress_hostname && proxy.is_some())
             .then(|| cfg.ingress_hostname_suffix.clone()),
         detect_subnet,
+        serial_api_calls: cfg.provider_requires_serial_api_calls,
     })
 }
 

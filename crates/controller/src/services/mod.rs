@@ -642,6 +642,7 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
                         hostname: None,
                         hostname_suffix: None,
                         detect_subnet: false,
+                        serial_api_calls: false,
                     };
                     Some(octavia::read(&ctx.openstack, &lb, owned, &stub).await?)
                 }

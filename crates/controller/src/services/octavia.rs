@@ -313,10 +313,16 @@ fn new_pool(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -
         listener_id: None,
         session_persistence: persistence(&port.pool),
         tags: tags.to_vec(),
-        members: new_members(desired, port),
+        // Serially, members and monitor come in steps of their own.
+        members: if desired.serial_api_calls {
+            Vec::new()
+        } else {
+            new_members(desired, port)
+        },
         healthmonitor: port
             .monitor
             .as_ref()
+            .filter(|_| !desired.serial_api_calls)
             .map(|m| new_monitor(&format!("monitor_{index}_{}", desired.name), m)),
     }
 }
@@ -336,7 +342,7 @@ fn new_listener(desired: &Desired, index: usize, port: &PortSpec, tags: &[String
         timeout_tcp_inspect: l.timeouts.map(|t| t[3]),
         insert_headers: l.x_forwarded_for.then(|| json!({ "X-Forwarded-For": "true" })),
         tags: tags.to_vec(),
-        default_pool: Some(new_pool(desired, index, port, tags)),
+        default_pool: (!desired.serial_api_calls).then(|| new_pool(desired, index, port, tags)),
     }
 }
 
@@ -369,12 +375,17 @@ pub async fn create(os: &Client, desired: &Desired, vip_subnet: Option<String>) 
         availability_zone: desired.availability_zone.clone(),
         provider: desired.provider.clone(),
         tags: desired.tags.clone(),
-        listeners: desired
-            .ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| new_listener(desired, i, p, &desired.tags))
-            .collect(),
+        // Serially: a bare load balancer; `update` then adds the rest one call at a time.
+        listeners: if desired.serial_api_calls {
+            Vec::new()
+        } else {
+            desired
+                .ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| new_listener(desired, i, p, &desired.tags))
+                .collect()
+        },
     };
     let tree: LoadBalancerTree = os.load_balancer().create_tree(&lb).await?;
     info!(service = %desired.service, lb = %tree.loadbalancer.id, "load balancer created");
@@ -495,10 +506,28 @@ fn plan(desired: &Desired, applied: &Applied) -> Vec<Step> {
 /// step at a time (Octavia takes one change at a time per load balancer), waiting for ACTIVE
 /// between steps but not after the last.
 pub async fn update(os: &Client, desired: &Desired, applied: &mut Applied) -> Result<usize, Error> {
-    let steps = plan(desired, applied);
-    if steps.is_empty() {
-        return Ok(0);
+    let mut count = 0;
+    // Serially a listener comes bare, then its pool, then members and monitor: a round each.
+    let rounds = if desired.serial_api_calls { 3 } else { 1 };
+    for round in 0..rounds {
+        let steps = plan(desired, applied);
+        if steps.is_empty() {
+            break;
+        }
+        if round > 0 {
+            wait_active(os, &applied.id).await?;
+        }
+        count += apply(os, desired, applied, steps).await?;
     }
+    Ok(count)
+}
+
+async fn apply(
+    os: &Client,
+    desired: &Desired,
+    applied: &mut Applied,
+    steps: Vec<Step>,
+) -> Result<usize, Error> {
     let octavia = os.load_balancer();
     let lb_status = octavia.get(&applied.id).await;
     match lb_status {
@@ -535,11 +564,15 @@ pub async fn update(os: &Client, desired: &Desired, applied: &mut Applied) -> Re
                 l.loadbalancer_id = Some(applied.id.clone());
                 let made = octavia.create_listener(&l).await?;
                 // The pool was made with it; its ids are read back once, when next needed.
-                let pools = octavia.pools(&[("loadbalancer_id", applied.id.clone())]).await?;
+                let pools = if desired.serial_api_calls {
+                    Vec::new() // made bare: its pool is the next round's
+                } else {
+                    octavia.pools(&[("loadbalancer_id", applied.id.clone())]).await?
+                };
                 let pool = pools
                     .iter()
                     .find(|p| made.default_pool_id.as_deref() == Some(p.id.as_str()));
-                let spec = desired.ports[i].clone();
+                let spec = made_spec(desired, i);
                 applied.ports.push(AppliedPort {
                     listener_id: made.id.clone(),
                     pool_id: pool.map(|p| p.id.clone()),
@@ -665,6 +698,17 @@ fn set_pool(applied: &mut Applied, pool_id: &str, f: impl FnOnce(&mut AppliedPor
     }
 }
 
+/// What a new listener or pool of port `i` holds as made: everything, or serially no members
+/// and no monitor yet (the next round of steps adds them).
+fn made_spec(desired: &Desired, i: usize) -> PortSpec {
+    let mut spec = desired.ports[i].clone();
+    if desired.serial_api_calls {
+        spec.members.clear();
+        spec.monitor = None;
+    }
+    spec
+}
+
 async fn add_pool(
     os: &Client,
     desired: &Desired,
@@ -676,7 +720,7 @@ async fn add_pool(
     let mut pool = new_pool(desired, i, &desired.ports[i], tags);
     pool.listener_id = Some(listener_id.to_owned());
     let made = os.load_balancer().create_pool(&pool).await?;
-    let spec = desired.ports[i].clone();
+    let spec = made_spec(desired, i);
     set_port(applied, listener_id, |p| {
         p.pool_id = Some(made.id.clone());
         p.monitor_id = made.healthmonitor_id.clone();
