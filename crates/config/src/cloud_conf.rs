@@ -574,16 +574,10 @@ impl CloudConfig {
             }
         }
         // Upstream options berth reads but does not act on yet: said once, where they are.
-        for (key, what) in [
-            (
-                "default-tls-container-ref",
-                "berth makes no TLS-terminating listeners yet: the Services' ports stay TCP",
-            ),
-            (
-                "max-shared-lb",
-                "berth does not limit how many Services share a load balancer (load-balancer-id)",
-            ),
-        ] {
+        for (key, what) in [(
+            "default-tls-container-ref",
+            "berth makes no TLS-terminating listeners yet: the Services' ports stay TCP",
+        )] {
             if lb.text(key).is_some() {
                 config.warnings.push(Warning {
                     path: path.to_owned(),

@@ -79,8 +79,6 @@ proptest! {
         prop_assert_eq!(lb.monitor_max_retries, retries);
         prop_assert_eq!(lb.max_shared_lb, shared);
         prop_assert_eq!(lb.subnet_id.as_deref(), Some(subnet.as_str()));
-        // The one warning: max-shared-lb is read but not acted on yet.
-        prop_assert_eq!(c.warnings.len(), 1);
-        prop_assert!(c.warnings[0].message.contains("max-shared-lb is not supported yet"));
+        prop_assert!(c.warnings.is_empty());
     }
 }

@@ -697,3 +697,97 @@ async fn sctp_is_refused_with_an_event_and_type_changes_clean_up() {
     .unwrap();
     delete_service(&kube, &changing, WAIT).await.unwrap();
 }
+
+/// The listener ports on a load balancer.
+async fn listener_ports(os: &Client, lb: &LoadBalancer) -> BTreeSet<u16> {
+    os.load_balancer()
+        .listeners(&[("loadbalancer_id", lb.id.clone())])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.protocol_port)
+        .collect()
+}
+
+#[tokio::test]
+async fn services_share_a_load_balancer_up_to_max_shared_lb_and_the_owner_leaving_breaks_nobody() {
+    let tb = Testbed::load().unwrap();
+    let os = tb.openstack_demo().await.unwrap();
+    let kube = tb.kube().await.unwrap();
+    let cluster = unique_name("share");
+    let _ccm = service_controller(&tb, "share", &cluster, &[]).unwrap();
+    let internal = (
+        "service.beta.kubernetes.io/openstack-internal-load-balancer",
+        "true",
+    );
+    let owner = unique_name("owner");
+    create_service(
+        &kube,
+        &lb_service(&owner, &[("http", "TCP", 80)], &[internal], json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let vip = wait_ingress(&kube, &owner, WAIT).await.unwrap();
+    let lb = lb_named(&os, &format!("kube_service_{cluster}_default_{owner}"))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A second Service joins it (max-shared-lb is 2 by default, the owner included).
+    let share = ("loadbalancer.openstack.org/load-balancer-id", lb.id.as_str());
+    let second = unique_name("second");
+    create_service(
+        &kube,
+        &lb_service(&second, &[("api", "TCP", 81)], &[internal, share], json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wait_ingress(&kube, &second, WAIT).await.unwrap(), vip);
+    assert_eq!(listener_ports(&os, &lb).await, [80, 81].into());
+
+    // A third is refused, with the reason, and changes nothing.
+    let third = unique_name("third");
+    create_service(
+        &kube,
+        &lb_service(&third, &[("x", "TCP", 82)], &[internal, share], json!({})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let refusal = eventually("the third Service refused", WAIT, || async {
+        Ok(service_events(&kube, &third)
+            .await?
+            .into_iter()
+            .find(|e| e.starts_with("SyncLoadBalancerFailed:")))
+    })
+    .await
+    .unwrap();
+    assert!(refusal.contains("max-shared-lb (2)"), "{refusal}");
+    assert_eq!(listener_ports(&os, &lb).await, [80, 81].into());
+    delete_service(&kube, &third, WAIT).await.unwrap();
+
+    // The owner leaves: its listener goes, the load balancer stays for the second Service.
+    delete_service(&kube, &owner, WAIT).await.unwrap();
+    assert_eq!(listener_ports(&os, &lb).await, [81].into());
+    assert_eq!(
+        os.load_balancer().get(&lb.id).await.unwrap().provisioning_status,
+        "ACTIVE"
+    );
+    assert!(
+        berth_gc(&tb, &cluster, true).contains("kept (shared by a live Service)"),
+        "the sweep keeps it while the second Service uses it"
+    );
+
+    // The last one leaves: its listener goes; the sweep then takes the load balancer.
+    delete_service(&kube, &second, WAIT).await.unwrap();
+    assert_eq!(listener_ports(&os, &lb).await, BTreeSet::new());
+    berth_gc(&tb, &cluster, false);
+    os.load_balancer().wait_deleted(&lb.id, WAIT).await.unwrap();
+    assert_eq!(
+        cluster_objects(&os, &cluster).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        vip_ports_left(&os, std::slice::from_ref(&lb.id)).await.unwrap(),
+        Vec::<String>::new()
+    );
+}

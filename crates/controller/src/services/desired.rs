@@ -226,6 +226,9 @@ pub struct Desired {
     /// `provider-requires-serial-api-calls`: a bare load balancer first, then each listener,
     /// pool, member set and monitor in calls of their own.
     pub serial_api_calls: bool,
+    /// `[LoadBalancer] max-shared-lb`: how many Services may share one load balancer (its
+    /// owner included) through `load-balancer-id`; `None` on the delete path.
+    pub max_shared_lb: Option<usize>,
 }
 
 /// The tag on everything berth makes for a cluster.
@@ -730,6 +733,7 @@ pub fn build<'n>(
             .then(|| cfg.ingress_hostname_suffix.clone()),
         detect_subnet,
         serial_api_calls: cfg.provider_requires_serial_api_calls,
+        max_shared_lb: usize::try_from(cfg.max_shared_lb).ok(),
     })
 }
 

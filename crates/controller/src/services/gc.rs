@@ -4,8 +4,9 @@
 //! cluster's tagged load balancers, floating IPs and security groups, then the Services (in
 //! that order, so an object made for a Service that came after the Service list cannot be
 //! mistaken for a leak), and deletes those whose Service UID is not among them. Objects
-//! without the cluster tag, without a Service tag, in a `PENDING_*` state, or floating IPs
-//! marked to be kept, are never touched.
+//! without the cluster tag, without a Service tag, in a `PENDING_*` state, floating IPs
+//! marked to be kept, and load balancers (with their floating IP) that live Services still
+//! share through `load-balancer-id`, are never touched.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -62,8 +63,33 @@ pub async fn sweep(
     let mut orphans = Vec::new();
     let gone = |tags: &[String]| service_uid(tags).filter(|uid| !services.contains(uid));
 
+    // A load balancer whose owner is gone but that other, live Services share
+    // (`load-balancer-id`) stays, and so does the floating IP on its VIP.
+    let mut shared = HashSet::new();
+    let mut shared_ports = HashSet::new();
+    for lb in &lbs {
+        if gone(&lb.tags).is_none() {
+            continue;
+        }
+        let listeners = os
+            .load_balancer()
+            .listeners(&[("loadbalancer_id", lb.id.clone())])
+            .await?;
+        let live = listeners
+            .iter()
+            .filter_map(|l| service_uid(&l.tags))
+            .any(|uid| services.contains(&uid));
+        if live {
+            shared.insert(lb.id.clone());
+            shared_ports.insert(lb.vip_port_id.clone());
+        }
+    }
+
     for f in &fips {
         let Some(uid) = gone(&f.tags) else { continue };
+        if f.port_id.as_ref().is_some_and(|p| shared_ports.contains(p)) {
+            continue;
+        }
         let mut o = Orphan {
             kind: "floatingip",
             id: f.id.clone(),
@@ -90,7 +116,9 @@ pub async fn sweep(
             service_uid: uid,
             action: String::new(),
         };
-        o.action = if lb.provisioning_status.starts_with("PENDING") {
+        o.action = if shared.contains(&lb.id) {
+            "kept (shared by a live Service)".into()
+        } else if lb.provisioning_status.starts_with("PENDING") {
             format!("left for the next sweep ({})", lb.provisioning_status)
         } else if dry_run {
             "would delete".into()

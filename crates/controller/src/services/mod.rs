@@ -643,6 +643,7 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
                         hostname_suffix: None,
                         detect_subnet: false,
                         serial_api_calls: false,
+                        max_shared_lb: None,
                     };
                     Some(octavia::read(&ctx.openstack, &lb, owned, &stub).await?)
                 }

@@ -241,17 +241,49 @@ fn applied_from(lb: &LoadBalancer, owned: bool, ports: Vec<AppliedPort>) -> Appl
     }
 }
 
-/// Reads a load balancer's listeners (the Service's only, on a shared one) with their pools,
-/// members and monitors.
+const SERVICE_TAG_PREFIX: &str = "berth-service=";
+
+/// The UIDs of the Services other than `uid` that use `lb`: its owner (by its tag) and those
+/// whose listeners are on it.
+pub fn sharers(lb: &LoadBalancer, listeners: &[Listener], uid: &str) -> BTreeSet<String> {
+    lb.tags
+        .iter()
+        .chain(listeners.iter().flat_map(|l| l.tags.iter()))
+        .filter_map(|t| t.strip_prefix(SERVICE_TAG_PREFIX))
+        .filter(|u| *u != uid)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Reads a load balancer's listeners (the Service's own: on a shared one, those tagged for
+/// it; on its own, all but other Services' tagged ones) with their pools, members and
+/// monitors. A Service that would join a load balancer already shared by `max-shared-lb`
+/// Services is refused.
 pub async fn read(os: &Client, lb: &LoadBalancer, owned: bool, desired: &Desired) -> Result<Applied, Error> {
     let octavia = os.load_balancer();
     let by_lb = [("loadbalancer_id", lb.id.clone())];
     let listeners = octavia.listeners(&by_lb).await?;
     let pools = octavia.pools(&by_lb).await?;
     let tag = service_tag(&desired.uid);
+    // Other Services' listeners on it (`load-balancer-id`): never this Service's to change.
+    let others = sharers(lb, &listeners, &desired.uid);
+    let mine = |l: &Listener| {
+        l.tags.contains(&tag) || (owned && !l.tags.iter().any(|t| t.starts_with(SERVICE_TAG_PREFIX)))
+    };
+    if !owned
+        && let Some(max) = desired.max_shared_lb
+        && !listeners.iter().any(|l| l.tags.contains(&tag))
+        && others.len() + 1 > max
+    {
+        return Err(Error::Invalid(format!(
+            "load balancer {} is shared by {} Services already, the most [LoadBalancer] max-shared-lb ({max}) allows",
+            lb.id,
+            others.len()
+        )));
+    }
     let mut ports = Vec::new();
     for l in listeners {
-        if !owned && !l.tags.contains(&tag) {
+        if !mine(&l) {
             continue;
         }
         let pool = l
@@ -1016,6 +1048,18 @@ pub async fn delete(
     let octavia = os.load_balancer();
     if !applied.owned {
         delete_listeners(os, applied).await?;
+        return Ok(());
+    }
+    // Still used by other Services (`load-balancer-id`): only this Service's listeners go; the
+    // load balancer and its address stay for them (the sweep takes it once they are gone).
+    let lb = octavia.get(&applied.id).await?;
+    let listeners = octavia
+        .listeners(&[("loadbalancer_id", applied.id.clone())])
+        .await?;
+    let others = sharers(&lb, &listeners, desired_uid);
+    if !others.is_empty() {
+        delete_listeners(os, applied).await?;
+        info!(lb = %applied.id, sharers = others.len(), "load balancer kept: other Services share it");
         return Ok(());
     }
     // Floating IPs: the one on the VIP, and any of the Service's that lost their port.
