@@ -245,8 +245,8 @@ const SERVICE_TAG_PREFIX: &str = "berth-service=";
 
 /// The UIDs of the Services other than `uid` that use `lb`: its owner (by its tag) and those
 /// whose listeners are on it.
-pub fn sharers(lb: &LoadBalancer, listeners: &[Listener], uid: &str) -> BTreeSet<String> {
-    lb.tags
+pub fn sharers(lb_tags: &[String], listeners: &[Listener], uid: &str) -> BTreeSet<String> {
+    lb_tags
         .iter()
         .chain(listeners.iter().flat_map(|l| l.tags.iter()))
         .filter_map(|t| t.strip_prefix(SERVICE_TAG_PREFIX))
@@ -266,7 +266,7 @@ pub async fn read(os: &Client, lb: &LoadBalancer, owned: bool, desired: &Desired
     let pools = octavia.pools(&by_lb).await?;
     let tag = service_tag(&desired.uid);
     // Other Services' listeners on it (`load-balancer-id`): never this Service's to change.
-    let others = sharers(lb, &listeners, &desired.uid);
+    let others = sharers(&lb.tags, &listeners, &desired.uid);
     let mine = |l: &Listener| {
         l.tags.contains(&tag) || (owned && !l.tags.iter().any(|t| t.starts_with(SERVICE_TAG_PREFIX)))
     };
@@ -1052,11 +1052,10 @@ pub async fn delete(
     }
     // Still used by other Services (`load-balancer-id`): only this Service's listeners go; the
     // load balancer and its address stay for them (the sweep takes it once they are gone).
-    let lb = octavia.get(&applied.id).await?;
     let listeners = octavia
         .listeners(&[("loadbalancer_id", applied.id.clone())])
         .await?;
-    let others = sharers(&lb, &listeners, desired_uid);
+    let others = sharers(&applied.tags, &listeners, desired_uid);
     if !others.is_empty() {
         delete_listeners(os, applied).await?;
         info!(lb = %applied.id, sharers = others.len(), "load balancer kept: other Services share it");
