@@ -103,9 +103,105 @@ pub struct Webhook {
     http: reqwest::Client,
 }
 
+/// A webhook's directory (certificates, cloud.conf, its kubeconfig for kube-apiserver) and
+/// ports, before it runs: [`PreparedWebhook::spawn`] starts it.
+#[derive(Debug)]
+pub struct PreparedWebhook {
+    dir: TempDir,
+    port: u16,
+    metrics_port: u16,
+}
+
+impl PreparedWebhook {
+    /// `https://127.0.0.1:<port>/webhook`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}/webhook", self.port)
+    }
+
+    /// The kubeconfig for kube-apiserver's webhook flags (see [`Webhook::kubeconfig`]).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("webhook.kubeconfig")
+    }
+
+    /// Starts the webhook with `options` and `extra` flags, and waits until it answers.
+    pub async fn spawn(self, options: &WebhookOptions, extra: &[String]) -> Result<Webhook> {
+        let dir = self.dir;
+        let (port, metrics_port) = (self.port, self.metrics_port);
+        let log = std::fs::File::create(dir.path().join("webhook.log"))?;
+        let binary = match &options.binary {
+            Some(b) => b.clone(),
+            None => berth_binary()?,
+        };
+        let mut cmd = Command::new(binary);
+        cmd.arg("keystone-webhook")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .arg("--tls-cert-file")
+            .arg(dir.path().join("tls.crt"))
+            .arg("--tls-private-key-file")
+            .arg(dir.path().join("tls.key"))
+            .arg("--cloud-config")
+            .arg(dir.path().join("cloud.conf"))
+            .args(["--reload-period", "500ms"]);
+        if let Some(policy) = &options.policy {
+            let path = dir.path().join("policy.json");
+            std::fs::write(&path, policy)?;
+            cmd.arg("--keystone-policy-file").arg(path);
+        }
+        cmd.args(&options.args)
+            .args(extra)
+            .env("BERTH_LOG", "info,berth_keystone=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = cmd.spawn().context("starting berth keystone-webhook")?;
+        let ca = std::fs::read(dir.path().join("ca.crt"))?;
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let mut webhook = Webhook {
+            child,
+            dir,
+            url: format!("https://127.0.0.1:{port}/webhook"),
+            metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics"),
+            http,
+        };
+        for _ in 0..100 {
+            if let Some(code) = webhook.child.try_wait()?.and_then(|s| s.code()) {
+                bail!("the webhook exited with {code}: {}", webhook.log());
+            }
+            let health = webhook.url.replace("/webhook", "/healthz");
+            if webhook.http.get(&health).send().await.is_ok() {
+                return Ok(webhook);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("the webhook did not answer: {}", webhook.log())
+    }
+
+    fn write_kubeconfig(&self) -> Result<()> {
+        std::fs::write(
+            self.kubeconfig(),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: keystone-webhook\n  cluster:\n    certificate-authority: {}\n    server: {}\nusers:\n- name: kube-apiserver\n  user: {{}}\ncontexts:\n- name: webhook\n  context:\n    cluster: keystone-webhook\n    user: kube-apiserver\ncurrent-context: webhook\n",
+                self.dir.path().join("ca.crt").display(),
+                self.url()
+            ),
+        )?;
+        Ok(())
+    }
+}
+
 impl Webhook {
     /// Starts the webhook and waits until it answers.
     pub async fn start(testbed: &Testbed, options: WebhookOptions) -> Result<Self> {
+        Self::prepare(testbed, &options)?.spawn(&options, &[]).await
+    }
+
+    /// Writes its certificates (a CA of its own), cloud.conf (the testbed admin) and the
+    /// kubeconfig for kube-apiserver, and picks its ports, without starting it.
+    pub fn prepare(testbed: &Testbed, options: &WebhookOptions) -> Result<PreparedWebhook> {
         berth_openstack::install_crypto_provider();
         let dir = TempDir::new("kwh")?;
         make_certificates(dir.path())?;
@@ -124,58 +220,13 @@ impl Webhook {
             ),
         )?;
         set_private(&cloud_conf)?;
-        let port = free_port()?;
-        let metrics_port = free_port()?;
-        let log = std::fs::File::create(dir.path().join("webhook.log"))?;
-        let binary = match &options.binary {
-            Some(b) => b.clone(),
-            None => berth_binary()?,
-        };
-        let mut cmd = Command::new(binary);
-        cmd.arg("keystone-webhook")
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-            .arg("--tls-cert-file")
-            .arg(dir.path().join("tls.crt"))
-            .arg("--tls-private-key-file")
-            .arg(dir.path().join("tls.key"))
-            .arg("--cloud-config")
-            .arg(&cloud_conf)
-            .args(["--reload-period", "500ms"]);
-        if let Some(policy) = &options.policy {
-            let path = dir.path().join("policy.json");
-            std::fs::write(&path, policy)?;
-            cmd.arg("--keystone-policy-file").arg(path);
-        }
-        cmd.args(&options.args)
-            .env("BERTH_LOG", "info,berth_keystone=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let child = cmd.spawn().context("starting berth keystone-webhook")?;
-        let ca = std::fs::read(dir.path().join("ca.crt"))?;
-        let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
-            .timeout(Duration::from_secs(30))
-            .build()?;
-        let mut webhook = Self {
-            child,
+        let prepared = PreparedWebhook {
             dir,
-            url: format!("https://127.0.0.1:{port}/webhook"),
-            metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics"),
-            http,
+            port: free_port()?,
+            metrics_port: free_port()?,
         };
-        for _ in 0..100 {
-            if let Some(code) = webhook.child.try_wait()?.and_then(|s| s.code()) {
-                bail!("the webhook exited with {code}: {}", webhook.log());
-            }
-            let health = webhook.url.replace("/webhook", "/healthz");
-            if webhook.http.get(&health).send().await.is_ok() {
-                return Ok(webhook);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        bail!("the webhook did not answer: {}", webhook.log())
+        prepared.write_kubeconfig()?;
+        Ok(prepared)
     }
 
     /// Its private directory (certificates, cloud.conf, policy.json, log).
@@ -255,18 +306,14 @@ impl Webhook {
     }
 
     /// A kubeconfig for kube-apiserver's `--authentication-token-webhook-config-file` and
-    /// `--authorization-webhook-config-file`.
+    /// `--authorization-webhook-config-file` (written by [`Webhook::prepare`]).
     pub fn kubeconfig(&self) -> Result<PathBuf> {
-        let path = self.dir.path().join("webhook.kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: keystone-webhook\n  cluster:\n    certificate-authority: {}\n    server: {}\nusers:\n- name: kube-apiserver\n  user: {{}}\ncontexts:\n- name: webhook\n  context:\n    cluster: keystone-webhook\n    user: kube-apiserver\ncurrent-context: webhook\n",
-                self.ca_file().display(),
-                self.url
-            ),
-        )?;
-        Ok(path)
+        Ok(self.dir.path().join("webhook.kubeconfig"))
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 
@@ -287,19 +334,48 @@ fn set_private(path: &Path) -> Result<()> {
 /// authorization (after RBAC), torn down on drop.
 #[derive(Debug)]
 pub struct WebhookCluster {
-    /// The webhook.
+    /// The webhook (dropped, so stopped, before the apiserver).
     pub webhook: Webhook,
-    dir: PathBuf,
-    env: Vec<(String, String)>,
+    bed: KubeBed,
     /// `https://127.0.0.1:<port>`.
     pub server: String,
 }
 
+/// A kube-apiserver and etcd started by `testbed/kubernetes/up.sh`, purged on drop.
+#[derive(Debug)]
+struct KubeBed {
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for KubeBed {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo_root().join("testbed/kubernetes/down.sh"))
+            .arg("--purge")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
 impl WebhookCluster {
-    /// Starts a webhook, then an apiserver sending it `version` (`v1` or `v1beta1`) reviews.
+    /// Starts an apiserver sending `version` (`v1` or `v1beta1`) reviews to a webhook, then the
+    /// webhook.
     pub async fn start(testbed: &Testbed, version: &str, options: WebhookOptions) -> Result<Self> {
-        let webhook = Webhook::start(testbed, options).await?;
-        let kubeconfig = webhook.kubeconfig()?;
+        Self::start_with(testbed, version, options, false).await
+    }
+
+    /// Like [`WebhookCluster::start`]; with `kube_access`, the webhook also gets
+    /// `--kubeconfig` with this cluster's admin (for policy and sync ConfigMaps, sync).
+    pub async fn start_with(
+        testbed: &Testbed,
+        version: &str,
+        options: WebhookOptions,
+        kube_access: bool,
+    ) -> Result<Self> {
+        let prepared = Webhook::prepare(testbed, &options)?;
+        let kubeconfig = prepared.kubeconfig();
         let dir = std::env::temp_dir().join(format!("berth-{}", crate::unique_name("kubebed")));
         let api_port = free_port()?;
         let env = vec![
@@ -317,36 +393,46 @@ impl WebhookCluster {
             ),
             ("KUBEBED_WEBHOOK_VERSION".to_owned(), version.to_owned()),
         ];
-        let cluster = Self {
-            webhook,
-            dir,
-            env,
-            server: format!("https://127.0.0.1:{api_port}"),
-        };
+        let bed = KubeBed { dir, env };
         let out = Command::new("bash")
             .arg(repo_root().join("testbed/kubernetes/up.sh"))
-            .envs(cluster.env.iter().map(|(k, v)| (k, v)))
+            .envs(bed.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .context("running testbed/kubernetes/up.sh")?;
         if !out.status.success() {
-            bail!(
-                "up.sh failed: {}{}",
-                String::from_utf8_lossy(&out.stderr),
-                cluster.webhook.log()
-            );
+            bail!("up.sh failed: {}", String::from_utf8_lossy(&out.stderr));
         }
-        Ok(cluster)
+        let mut extra = Vec::new();
+        if kube_access {
+            extra.push("--kubeconfig".to_owned());
+            extra.push(bed.dir.join("admin.kubeconfig").display().to_string());
+        }
+        let webhook = prepared.spawn(&options, &extra).await?;
+        Ok(Self {
+            webhook,
+            bed,
+            server: format!("https://127.0.0.1:{api_port}"),
+        })
+    }
+
+    /// A Kubernetes client with the cluster's admin.
+    pub async fn kube(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.admin_kubeconfig())?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// The admin kubeconfig (static token, group system:masters).
     pub fn admin_kubeconfig(&self) -> PathBuf {
-        self.dir.join("admin.kubeconfig")
+        self.bed.dir.join("admin.kubeconfig")
     }
 
     /// Writes a kubeconfig whose user runs `berth keystone-login` (the documented stanza).
     pub fn keystone_kubeconfig(&self) -> Result<PathBuf> {
-        let path = self.dir.join("keystone.kubeconfig");
+        let path = self.bed.dir.join("keystone.kubeconfig");
         std::fs::write(
             &path,
             format!(
@@ -372,7 +458,7 @@ contexts:
 current-context: keystone
 "#,
                 self.server,
-                self.dir.join("pki/ca.crt").display(),
+                self.bed.dir.join("pki/ca.crt").display(),
                 berth_binary()?.display()
             ),
         )?;
@@ -391,17 +477,6 @@ current-context: keystone
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()?)
-    }
-}
-
-impl Drop for WebhookCluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(repo_root().join("testbed/kubernetes/down.sh"))
-            .arg("--purge")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .output();
     }
 }
 

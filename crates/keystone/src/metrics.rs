@@ -11,6 +11,8 @@
 //! - `berth_keystone_access_reviews_total{decision}`: `allowed`, `denied`, `malformed`;
 //! - `berth_keystone_policy_reloads_total{result}`, `berth_keystone_policy_rules`,
 //!   `berth_keystone_policy_valid` (0 while the latest policy text is refused);
+//! - `berth_keystone_sync_config_reloads_total{result}`, `berth_keystone_sync_config_valid` (0
+//!   while the latest sync configuration from its ConfigMap is refused);
 //! - `berth_keystone_review_duration_seconds{kind}`.
 
 use prometheus_client::{
@@ -56,6 +58,8 @@ pub struct Metrics {
     policy_reloads: Family<ResultLabel, Counter>,
     policy_rules: Gauge,
     policy_valid: Gauge,
+    sync_config_reloads: Family<ResultLabel, Counter>,
+    sync_config_valid: Gauge,
     durations: Family<KindLabel, Histogram, fn() -> Histogram>,
 }
 
@@ -69,9 +73,12 @@ impl Default for Metrics {
             policy_reloads: Family::default(),
             policy_rules: Gauge::default(),
             policy_valid: Gauge::default(),
+            sync_config_reloads: Family::default(),
+            sync_config_valid: Gauge::default(),
             durations: Family::new_with_constructor(duration_histogram),
         };
         m.policy_valid.set(1);
+        m.sync_config_valid.set(1);
         m
     }
 }
@@ -118,6 +125,16 @@ impl Metrics {
             "policy_valid",
             "1 when the latest policy text was accepted, 0 while it is refused (the previous one stays in force)",
             self.policy_valid.clone(),
+        );
+        sub.register(
+            "sync_config_reloads",
+            "Sync configuration loads, by result",
+            self.sync_config_reloads.clone(),
+        );
+        sub.register(
+            "sync_config_valid",
+            "1 when the latest sync configuration was accepted, 0 while it is refused (the previous one stays in force)",
+            self.sync_config_valid.clone(),
         );
         sub.register(
             "review_duration_seconds",
@@ -167,6 +184,14 @@ impl Metrics {
         if let Some(n) = rules {
             self.policy_rules.set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Records a sync configuration load.
+    pub fn sync_config_loaded(&self, ok: bool) {
+        self.sync_config_reloads
+            .get_or_create(&label(if ok { "ok" } else { "error" }))
+            .inc();
+        self.sync_config_valid.set(i64::from(ok));
     }
 
     /// Times a review.

@@ -9,8 +9,8 @@
 //!     groups: ["viewers"]
 //! data-types-to-sync: [projects, role_assignments]
 //! namespace-format: "%i"          # %i project id (required), %n project name, %d domain id
-//! projects-black-list: []         # project ids never synced
-//! projects-name-black-list: []    # project names never synced
+//! projects-blacklist: []          # project ids never synced
+//! projects-name-blacklist: []     # project names never synced
 //! ```
 //!
 //! Role mappings apply to every authenticated user. With `projects`, a project-scoped token's
@@ -57,7 +57,7 @@ pub struct RoleMapping {
 }
 
 /// The sync configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct SyncConfig {
     /// Role mappings.
@@ -69,16 +69,33 @@ pub struct SyncConfig {
     /// The namespace name pattern.
     #[serde(default = "default_format")]
     pub namespace_format: String,
-    /// Project ids never synced.
-    #[serde(default, rename = "projects-black-list")]
+    /// Project ids never synced (upstream's key; `projects-black-list` is accepted too).
+    #[serde(default, rename = "projects-blacklist", alias = "projects-black-list")]
     pub projects_blacklist: Vec<String>,
-    /// Project names never synced.
-    #[serde(default, rename = "projects-name-black-list")]
+    /// Project names never synced (upstream's key; `projects-name-black-list` is accepted too).
+    #[serde(
+        default,
+        rename = "projects-name-blacklist",
+        alias = "projects-name-black-list"
+    )]
     pub projects_name_blacklist: Vec<String>,
 }
 
 fn default_format() -> String {
     "%i".into()
+}
+
+impl Default for SyncConfig {
+    /// Upstream's defaults: nothing synced, no role mappings, namespaces named `%i`.
+    fn default() -> Self {
+        Self {
+            role_mappings: Vec::new(),
+            data_types_to_sync: Vec::new(),
+            namespace_format: default_format(),
+            projects_blacklist: Vec::new(),
+            projects_name_blacklist: Vec::new(),
+        }
+    }
 }
 
 impl SyncConfig {
@@ -88,6 +105,9 @@ impl SyncConfig {
             source_name: source_name.to_owned(),
             reason,
         };
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
         let config: SyncConfig = serde_saphyr::from_str(text).map_err(|e| bad(e.to_string()))?;
         for t in &config.data_types_to_sync {
             if t != "projects" && t != "role_assignments" {
@@ -301,12 +321,14 @@ role-mappings:
     groups: ["system:masters"]
 data-types-to-sync: [projects, role_assignments]
 namespace-format: "%n-%i"
-projects-black-list: ["p0"]
+projects-blacklist: ["p0"]
+projects-name-blacklist: ["admin"]
 "#,
         )
         .unwrap();
         assert_eq!(c.namespace_for("p1", "Demo", "default").unwrap(), "demo-p1");
         assert_eq!(c.namespace_for("p0", "x", "default"), None);
+        assert_eq!(c.namespace_for("p3", "admin", "default"), None);
         assert_eq!(c.namespace_for("p2", "bad_name!", "d").unwrap(), "p2");
         let mut user = UserInfo {
             username: "alice".into(),
@@ -321,9 +343,31 @@ projects-black-list: ["p0"]
     }
 
     #[test]
+    fn the_hyphenated_blacklist_spelling_is_accepted_too() {
+        let c = SyncConfig::parse(
+            "t",
+            "projects-black-list: [p0]\nprojects-name-black-list: [admin]\n",
+        )
+        .unwrap();
+        assert_eq!(c.projects_blacklist, ["p0"]);
+        assert_eq!(c.projects_name_blacklist, ["admin"]);
+    }
+
+    #[test]
     fn bad_configs_are_refused() {
         assert!(SyncConfig::parse("t", "data-types-to-sync: [users]").is_err());
         assert!(SyncConfig::parse("t", "namespace-format: \"%n\"").is_err());
         assert!(SyncConfig::parse("t", "role-mapings: []").is_err());
+        assert!(SyncConfig::parse("t", "[not, a, map]").is_err());
+        // Upstream's docs spell these with underscores (and upstream silently ignores them):
+        // refused, naming the key meant.
+        let e = SyncConfig::parse("t", "data_types_to_sync: [projects]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`data_types_to_sync`") && e.contains("data-types-to-sync"),
+            "{e}"
+        );
+        assert_eq!(SyncConfig::parse("t", "\n").unwrap(), SyncConfig::default());
     }
 }

@@ -4,10 +4,14 @@
 //! and SubjectAccessReview), `GET /healthz` and `GET /metrics`; `--metrics-listen` also serves
 //! the last two over plain HTTP. The policy comes from `--keystone-policy-file` (checked for
 //! changes every `--reload-period`) or from the ConfigMap `--policy-configmap-name` (watched);
-//! without either, every SubjectAccessReview is denied. Every failure is answered with HTTP 200
+//! without either, every SubjectAccessReview is denied. The sync configuration comes from
+//! `--sync-config-file` (read at start) or from the ConfigMap `--sync-configmap-name` (key
+//! `syncConfig`, watched). A refused ConfigMap keeps the previous configuration in force and
+//! gets a Warning Event (`InvalidPolicy`, `InvalidSyncConfig`). Every failure is answered with HTTP 200
 //! and `authenticated: false` / `allowed: false` and a reason, as kube-apiserver expects.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, PoisonError, RwLock},
@@ -42,7 +46,7 @@ use crate::{
     policy::Policy,
     review::{self, Review},
     server::{self, ReloadingCert, Shutdown},
-    sync::{SyncConfig, Syncer},
+    sync::{RoleMapping, SyncConfig, Syncer},
 };
 
 /// The largest request body read; a bigger one is refused (with HTTP 200 and a reason).
@@ -93,8 +97,15 @@ pub struct Args {
     #[arg(long, default_value = "kube-system")]
     pub policy_configmap_namespace: String,
     /// The sync configuration file (YAML: role-mappings, data-types-to-sync, namespace-format…).
+    /// Wins over --sync-configmap-name.
     #[arg(long)]
     pub sync_config_file: Option<PathBuf>,
+    /// The ConfigMap holding the sync configuration under the key `syncConfig`; watched.
+    #[arg(long)]
+    pub sync_configmap_name: Option<String>,
+    /// The namespace of the sync ConfigMap.
+    #[arg(long, default_value = "kube-system")]
+    pub sync_configmap_namespace: String,
     /// The kubeconfig for the policy ConfigMap and sync; default: in-cluster or ~/.kube/config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -320,11 +331,57 @@ async fn watch_policy_file(path: PathBuf, store: Arc<PolicyStore>, period: Durat
     }
 }
 
-async fn watch_policy_configmap(
+/// What a watched ConfigMap is doing, from the watcher's events: `Some(cm)` when it was
+/// created or changed, `None` when it is gone. Tracks the initial list (and every relist after a
+/// lost watch) so that a ConfigMap deleted while the watch was down is seen as gone.
+#[derive(Debug, Default)]
+struct ConfigMapTracker {
+    /// In a (re)list: whether it held the ConfigMap so far.
+    listing: Option<bool>,
+    /// The data last handed out (`None`: absent), to skip relists that change nothing.
+    last: Option<Option<BTreeMap<String, String>>>,
+}
+
+impl ConfigMapTracker {
+    /// The change `event` makes, if any: `Some(Some(cm))` applied, `Some(None)` gone.
+    fn on(&mut self, event: watcher::Event<ConfigMap>) -> Option<Option<ConfigMap>> {
+        let change = match event {
+            watcher::Event::Init => {
+                self.listing = Some(false);
+                return None;
+            }
+            watcher::Event::InitApply(cm) => {
+                self.listing = Some(true);
+                Some(cm)
+            }
+            watcher::Event::InitDone => {
+                if self.listing.take() == Some(true) {
+                    return None;
+                }
+                None
+            }
+            watcher::Event::Apply(cm) => Some(cm),
+            watcher::Event::Delete(_) => None,
+        };
+        let data = change.as_ref().map(|cm| cm.data.clone().unwrap_or_default());
+        if self.last.as_ref() == Some(&data) {
+            return None;
+        }
+        self.last = Some(data);
+        Some(change)
+    }
+}
+
+/// Watches the ConfigMap `namespace/name` and hands its changes to `apply` (`None`: it is
+/// gone). When `apply` refuses the contents, a Warning Event `reason` is published on the
+/// ConfigMap. `ready` is told once the first list is done.
+async fn watch_configmap(
     kube: kube::Client,
     namespace: String,
     name: String,
-    store: Arc<PolicyStore>,
+    reason: &'static str,
+    mut apply: impl FnMut(Option<&ConfigMap>) -> Result<()> + Send,
+    ready: tokio::sync::oneshot::Sender<()>,
     shutdown: Shutdown,
 ) {
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(kube.clone(), &namespace);
@@ -336,45 +393,118 @@ async fn watch_policy_configmap(
         },
     );
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let source = format!("configmap {namespace}/{name}");
     let mut stream = std::pin::pin!(watcher::watcher(api, config));
+    let mut tracker = ConfigMapTracker::default();
+    let mut ready = Some(ready);
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => return,
             e = stream.next() => e,
         };
-        let cm = match event {
+        let event = match event {
             None => return,
             Some(Err(e)) => {
-                warn!(error = %e, "watching the policy ConfigMap failed; retrying");
+                warn!(configmap = %format!("{namespace}/{name}"), error = %e, "watching the ConfigMap failed; retrying");
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 continue;
             }
-            Some(Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => cm,
-            Some(Ok(watcher::Event::Delete(_))) => {
-                warn!(source = %source, "the policy ConfigMap was deleted: every request is now denied");
-                store.clear();
-                continue;
+            Some(Ok(event)) => event,
+        };
+        let list_done = matches!(event, watcher::Event::InitDone);
+        if let Some(change) = tracker.on(event)
+            && let Err(e) = apply(change.as_ref())
+            && let Some(cm) = &change
+        {
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(format!("{e}; the previous configuration stays in force")),
+                action: "Load".into(),
+                secondary: None,
+            };
+            let reference = kube::Resource::object_ref(cm, &());
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                warn!(error = %err, reason, "cannot publish the Event");
             }
-            Some(Ok(_)) => continue,
+        }
+        if list_done && let Some(r) = ready.take() {
+            let _ = r.send(());
+        }
+    }
+}
+
+/// Applies the policy ConfigMap's `policies`; `None` (deleted or missing) denies everything.
+fn apply_policy_configmap(store: &PolicyStore, source: &str, cm: Option<&ConfigMap>) -> Result<()> {
+    let Some(cm) = cm else {
+        if store.get().is_some() {
+            warn!(
+                source,
+                "the policy ConfigMap is gone: every request is now denied"
+            );
+        } else {
+            warn!(
+                source,
+                "the policy ConfigMap does not exist: every request is denied until it does"
+            );
+        }
+        store.clear();
+        return Ok(());
+    };
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("policies"))
+        .cloned()
+        .unwrap_or_default();
+    store.load(source, &text).map(|_| ())
+}
+
+/// Where the sync configuration in force lives: the role mappings the authenticator applies
+/// and the configuration the syncer reads.
+#[derive(Debug, Clone)]
+struct SyncTargets {
+    mappings: Arc<RwLock<Vec<RoleMapping>>>,
+    config: Arc<RwLock<SyncConfig>>,
+    metrics: Arc<Metrics>,
+}
+
+impl SyncTargets {
+    fn install(&self, config: SyncConfig) {
+        *self.mappings.write().unwrap_or_else(PoisonError::into_inner) = config.role_mappings.clone();
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = config;
+    }
+
+    /// Applies the sync ConfigMap's `syncConfig`; `None` (deleted or missing) means upstream's
+    /// defaults: no mappings, nothing synced.
+    fn apply_configmap(&self, source: &str, cm: Option<&ConfigMap>) -> Result<()> {
+        let Some(cm) = cm else {
+            info!(source, "no sync ConfigMap: no role mappings, nothing synced");
+            self.install(SyncConfig::default());
+            self.metrics.sync_config_loaded(true);
+            return Ok(());
         };
         let text = cm
             .data
             .as_ref()
-            .and_then(|d| d.get("policies"))
+            .and_then(|d| d.get("syncConfig"))
             .cloned()
             .unwrap_or_default();
-        if let Err(e) = store.load(&source, &text) {
-            let event = KubeEvent {
-                type_: EventType::Warning,
-                reason: "InvalidPolicy".into(),
-                note: Some(format!("{e}; the previous policy stays in force")),
-                action: "LoadPolicy".into(),
-                secondary: None,
-            };
-            let reference = kube::Resource::object_ref(&cm, &());
-            if let Err(err) = recorder.publish(&event, &reference).await {
-                warn!(error = %err, "cannot publish the InvalidPolicy event");
+        match SyncConfig::parse(source, &text) {
+            Ok(config) => {
+                info!(
+                    source,
+                    role_mappings = config.role_mappings.len(),
+                    sync = ?config.data_types_to_sync,
+                    "sync configuration loaded"
+                );
+                self.install(config);
+                self.metrics.sync_config_loaded(true);
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.sync_config_loaded(false);
+                error!(error = %e, "sync configuration refused; the previous one stays in force");
+                Err(e)
             }
         }
     }
@@ -448,8 +578,10 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::spawn(cert.clone().watch(args.reload_period, shutdown.clone()));
 
     let policy = Arc::new(PolicyStore::new(metrics.clone()));
+    let mut initial_lists = Vec::new();
     let needs_kube = args.keystone_policy_file.is_none() && args.policy_configmap_name.is_some()
-        || args.sync_config_file.is_some();
+        || args.sync_config_file.is_some()
+        || args.sync_configmap_name.is_some();
     let kube = if needs_kube {
         Some(kube_client(args.kubeconfig.as_deref()).await?)
     } else {
@@ -468,13 +600,20 @@ pub async fn run(args: Args) -> Result<()> {
             shutdown.clone(),
         ));
     } else if let (Some(name), Some(kube)) = (&args.policy_configmap_name, &kube) {
-        tokio::spawn(watch_policy_configmap(
+        let namespace = args.policy_configmap_namespace.clone();
+        let source = format!("configmap {namespace}/{name}");
+        let store = policy.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(watch_configmap(
             kube.clone(),
-            args.policy_configmap_namespace.clone(),
+            namespace,
             name.clone(),
-            policy.clone(),
+            "InvalidPolicy",
+            move |cm| apply_policy_configmap(&store, &source, cm),
+            tx,
             shutdown.clone(),
         ));
+        initial_lists.push(rx);
     } else {
         info!("no authorization policy given: every SubjectAccessReview is denied (RBAC still applies)");
     }
@@ -490,17 +629,49 @@ pub async fn run(args: Args) -> Result<()> {
         mappings.clone(),
         metrics.clone(),
     );
+    let sync_config = Arc::new(RwLock::new(SyncConfig::default()));
     if let Some(path) = &args.sync_config_file {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.clone(),
             source,
         })?;
         let sync = SyncConfig::parse(&path.display().to_string(), &text)?;
+        let syncs = !sync.data_types_to_sync.is_empty();
         *mappings.write().unwrap_or_else(PoisonError::into_inner) = sync.role_mappings.clone();
-        if !sync.data_types_to_sync.is_empty()
-            && let Some(kube) = &kube
-        {
-            authenticator = authenticator.with_syncer(Syncer::new(kube.clone(), Arc::new(RwLock::new(sync))));
+        *sync_config.write().unwrap_or_else(PoisonError::into_inner) = sync;
+        if syncs && let Some(kube) = &kube {
+            authenticator = authenticator.with_syncer(Syncer::new(kube.clone(), sync_config.clone()));
+        }
+    } else if let (Some(name), Some(kube)) = (&args.sync_configmap_name, &kube) {
+        let namespace = args.sync_configmap_namespace.clone();
+        let source = format!("configmap {namespace}/{name}");
+        let targets = SyncTargets {
+            mappings: mappings.clone(),
+            config: sync_config.clone(),
+            metrics: metrics.clone(),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(watch_configmap(
+            kube.clone(),
+            namespace,
+            name.clone(),
+            "InvalidSyncConfig",
+            move |cm| targets.apply_configmap(&source, cm),
+            tx,
+            shutdown.clone(),
+        ));
+        initial_lists.push(rx);
+        // The ConfigMap may enable syncing at any time: the syncer reads the configuration
+        // in force on each sync.
+        authenticator = authenticator.with_syncer(Syncer::new(kube.clone(), sync_config.clone()));
+    }
+    // Answer only once the ConfigMaps are known (as upstream waits for its informer), so that
+    // the first reviews are not denied for want of a policy; not forever if the API is down.
+    for rx in initial_lists {
+        if tokio::time::timeout(Duration::from_secs(10), rx).await.is_err() {
+            warn!(
+                "the ConfigMaps could not be listed within 10 s; serving anyway (they are applied once listed)"
+            );
         }
     }
 
@@ -524,4 +695,96 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::spawn(shutdown_signal(shutdown.clone()));
     server::serve_tls(listener, server::tls_config(cert), router(state), shutdown).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn cm(policies: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("kube-system".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([("policies".to_owned(), policies.to_owned())])),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn data(change: Option<Option<ConfigMap>>) -> Option<Option<String>> {
+        change.map(|c| c.map(|cm| cm.data.unwrap()["policies"].clone()))
+    }
+
+    #[test]
+    fn the_tracker_reports_changes_and_a_configmap_gone_during_a_relist() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let mut t = ConfigMapTracker::default();
+        // Missing at start: reported as gone once the list is done.
+        assert_eq!(data(t.on(Init)), None);
+        assert_eq!(data(t.on(InitDone)), Some(None));
+        // Created, changed, the same again (no change), deleted.
+        assert_eq!(data(t.on(Apply(cm("a")))), Some(Some("a".into())));
+        assert_eq!(data(t.on(Apply(cm("b")))), Some(Some("b".into())));
+        assert_eq!(data(t.on(Apply(cm("b")))), None);
+        assert_eq!(data(t.on(Delete(cm("b")))), Some(None));
+        // Present in a relist: applied once, the list's end changes nothing.
+        assert_eq!(data(t.on(Init)), None);
+        assert_eq!(data(t.on(InitApply(cm("c")))), Some(Some("c".into())));
+        assert_eq!(data(t.on(InitDone)), None);
+        // A relist that finds the same data changes nothing.
+        assert_eq!(data(t.on(Init)), None);
+        assert_eq!(data(t.on(InitApply(cm("c")))), None);
+        assert_eq!(data(t.on(InitDone)), None);
+        // Deleted while the watch was down: the relist ends without it.
+        assert_eq!(data(t.on(Init)), None);
+        assert_eq!(data(t.on(InitDone)), Some(None));
+    }
+
+    #[test]
+    fn a_refused_policy_configmap_keeps_the_previous_policy() {
+        let metrics = Arc::new(Metrics::default());
+        let store = PolicyStore::new(metrics);
+        let good = r#"[{"nonresource": {"verbs": ["get"], "path": "/healthz"}, "match": [{"type": "group", "values": ["*"]}]}]"#;
+        apply_policy_configmap(&store, "cm", Some(&cm(good))).unwrap();
+        assert_eq!(store.get().unwrap().len(), 1);
+        let e = apply_policy_configmap(&store, "cm", Some(&cm("{garbage"))).unwrap_err();
+        assert!(e.to_string().contains("invalid policy in cm"), "{e}");
+        assert_eq!(store.get().unwrap().len(), 1);
+        apply_policy_configmap(&store, "cm", None).unwrap();
+        assert!(store.get().is_none());
+    }
+
+    #[test]
+    fn a_sync_configmap_installs_mappings_and_config_and_keeps_them_when_refused() {
+        let targets = SyncTargets {
+            mappings: Arc::new(RwLock::new(Vec::new())),
+            config: Arc::new(RwLock::new(SyncConfig::default())),
+            metrics: Arc::new(Metrics::default()),
+        };
+        let sync_cm = |text: &str| ConfigMap {
+            data: Some(BTreeMap::from([("syncConfig".to_owned(), text.to_owned())])),
+            ..ConfigMap::default()
+        };
+        let good =
+            "role-mappings:\n  - keystone-role: member\n    groups: [g]\ndata-types-to-sync: [projects]\n";
+        targets.apply_configmap("cm", Some(&sync_cm(good))).unwrap();
+        assert_eq!(targets.mappings.read().unwrap()[0].groups, ["g"]);
+        assert_eq!(targets.config.read().unwrap().data_types_to_sync, ["projects"]);
+        assert!(
+            targets
+                .apply_configmap("cm", Some(&sync_cm("data-types-to-sync: [users]")))
+                .is_err()
+        );
+        assert_eq!(targets.mappings.read().unwrap().len(), 1);
+        assert_eq!(targets.config.read().unwrap().data_types_to_sync, ["projects"]);
+        targets.apply_configmap("cm", None).unwrap();
+        assert!(targets.mappings.read().unwrap().is_empty());
+        assert_eq!(*targets.config.read().unwrap(), SyncConfig::default());
+    }
 }
