@@ -6,7 +6,8 @@
 //!   PUT, DELETE): the service may have acted before the error, and a repeated POST would make
 //!   a second object;
 //! - 409 only on the load-balancer service, where it means "wait until the object is no
-//!   longer PENDING_*";
+//!   longer PENDING_*": waited out for up to [`MAX_CONFLICT_WAITS`] answers (about a minute),
+//!   apart from the retry budget;
 //! - 401 once, after a fresh login (the token was revoked or expired early).
 //!
 //! Waits grow exponentially with full jitter, honour `Retry-After`, and are bounded in number
@@ -607,6 +608,7 @@ impl Client {
         let idempotent = matches!(method, Method::GET | Method::HEAD | Method::PUT | Method::DELETE);
         let mut reauthenticated = false;
         let mut attempt = 0;
+        let mut conflicts = 0;
         let mut refused: Option<Secret> = None;
         loop {
             attempt += 1;
@@ -693,6 +695,23 @@ impl Client {
                 attempt -= 1;
                 continue;
             }
+            // Octavia's "PENDING_*, try later": waited out apart from the retry budget, so a
+            // change can be sent without first reading whether the load balancer is busy.
+            if status == StatusCode::CONFLICT
+                && service == Service::LoadBalancer
+                && conflicts < MAX_CONFLICT_WAITS
+            {
+                conflicts += 1;
+                attempt -= 1;
+                let wait = backoff(conflicts.min(3), Duration::from_secs(2), retry_after);
+                debug!(
+                    conflicts,
+                    wait_ms = wait.as_millis() as u64,
+                    "load balancer busy, waiting"
+                );
+                tokio::time::sleep(wait).await;
+                continue;
+            }
             let retryable = match status {
                 StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
                 // A gateway's 502/504 or a 500 may come after the service acted: a POST
@@ -700,7 +719,6 @@ impl Client {
                 StatusCode::INTERNAL_SERVER_ERROR | StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => {
                     idempotent
                 }
-                StatusCode::CONFLICT => service == Service::LoadBalancer,
                 _ => false,
             };
             if retryable && !last_try {
@@ -724,6 +742,10 @@ impl Client {
         }
     }
 }
+
+/// How many 409s (load balancer busy) one request waits out: with waits of up to 2 s, about a
+/// minute, longer than Octavia's PENDING_UPDATE lasts.
+pub const MAX_CONFLICT_WAITS: u32 = 40;
 
 /// The object under `key` of an answer, decoded.
 pub(crate) fn unwrap_key<T: DeserializeOwned>(

@@ -15,6 +15,7 @@ pub mod desired;
 pub mod gc;
 pub mod octavia;
 pub mod security_group;
+pub mod waiter;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -42,7 +43,7 @@ use tracing::{info, warn};
 
 use self::{
     desired::{Desired, FINALIZER, Features, Inputs, annotation},
-    octavia::{Applied, ServiceId},
+    octavia::{ACTIVE_TIMEOUT, Applied, ServiceId},
 };
 use crate::{
     Error,
@@ -109,6 +110,8 @@ struct Shared {
     failures: Mutex<HashMap<String, u32>>,
     /// The VIP subnet found from a Node's port, when none is configured.
     detected_subnet: tokio::sync::Mutex<Option<String>>,
+    /// One status poller for every load balancer being waited on.
+    waiter: waiter::ActiveWaiter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -189,6 +192,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         lb_ids: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
         detected_subnet: tokio::sync::Mutex::new(None),
+        waiter: waiter::ActiveWaiter::start(ctx.openstack.clone()),
     });
 
     let gc = tokio::spawn(gc::run_periodically(
@@ -531,7 +535,7 @@ async fn apply(
                     let owned = octavia::owns(&desired.name, &desired.legacy_name, &desired.uid, &lb);
                     info!(service = %desired.service, lb = %lb.id, name = %lb.name, owned, "adopting an existing load balancer");
                     if lb.provisioning_status.starts_with("PENDING") {
-                        octavia::wait_active(os, &lb.id).await?;
+                        shared.waiter.wait_active(&lb.id, ACTIVE_TIMEOUT).await?;
                     }
                     octavia::read(os, &lb, owned, desired).await?
                 }
@@ -545,7 +549,7 @@ async fn apply(
                     let created = octavia::create(os, desired, subnet).await?;
                     lock(&shared.lb_ids).insert(desired.uid.clone(), created.id.clone());
                     lock(&shared.uncertain).remove(&desired.uid);
-                    let lb = octavia::wait_active(os, &created.id).await?;
+                    let lb = shared.waiter.wait_active(&created.id, ACTIVE_TIMEOUT).await?;
                     let mut created = created;
                     created.vip_address = lb.vip_address;
                     created.vip_port_id = lb.vip_port_id;
@@ -664,19 +668,17 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
             name: &name,
             cluster: &ctx.cluster_name,
         };
-        octavia::delete(
-            &ctx.openstack,
-            applied,
-            &uid,
-            keep,
-            id,
-            svc.spec
+        let options = octavia::DeleteOptions {
+            keep_floating_ip: keep,
+            requested_ip: svc
+                .spec
                 .as_ref()
                 .and_then(|s| s.load_balancer_ip.as_deref())
                 .filter(|ip| !ip.is_empty()),
-            ctx.config.load_balancer.cascade_delete,
-        )
-        .await?;
+            cascade: ctx.config.load_balancer.cascade_delete,
+            security_groups: ctx.config.load_balancer.manage_security_groups,
+        };
+        octavia::delete(&ctx.openstack, &shared.waiter, applied, &uid, id, options).await?;
         ctx.events
             .publish(
                 &reference,

@@ -29,7 +29,7 @@ use super::desired::{
 use crate::Error;
 
 /// How long a load balancer may take to become ACTIVE (upstream allows about 5 minutes).
-const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a delete may take.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -539,8 +539,9 @@ fn plan(desired: &Desired, applied: &Applied) -> Vec<Step> {
 /// between steps but not after the last.
 pub async fn update(os: &Client, desired: &Desired, applied: &mut Applied) -> Result<usize, Error> {
     let mut count = 0;
-    // Serially a listener comes bare, then its pool, then members and monitor: a round each.
-    let rounds = if desired.serial_api_calls { 3 } else { 1 };
+    // A new listener comes bare, then its pool (with members and monitor, or serially those
+    // in a third round): a round each.
+    let rounds = if desired.serial_api_calls { 3 } else { 2 };
     for round in 0..rounds {
         let steps = plan(desired, applied);
         if steps.is_empty() {
@@ -561,14 +562,8 @@ async fn apply(
     steps: Vec<Step>,
 ) -> Result<usize, Error> {
     let octavia = os.load_balancer();
-    let lb_status = octavia.get(&applied.id).await;
-    match lb_status {
-        Ok(lb) if lb.provisioning_status != "ACTIVE" => {
-            wait_active(os, &applied.id).await?;
-        }
-        Ok(_) => {}
-        Err(e) => return Err(e.into()),
-    }
+    // No look first: a load balancer still PENDING answers 409, which the client waits out,
+    // so a joining Node costs one call per pool.
     let tags: Vec<String> = if applied.owned {
         desired.tags.clone()
     } else {
@@ -592,24 +587,17 @@ async fn apply(
                 applied.tags = lb.tags;
             }
             Step::AddListener(i) => {
+                // Bare: Octavia (2.x up to at least Zed) answers 500 to a listener create with a
+                // nested default pool; the pool is the next round's, with its members.
                 let mut l = new_listener(desired, i, &desired.ports[i], &tags);
                 l.loadbalancer_id = Some(applied.id.clone());
+                l.default_pool = None;
                 let made = octavia.create_listener(&l).await?;
-                // The pool was made with it; its ids are read back once, when next needed.
-                let pools = if desired.serial_api_calls {
-                    Vec::new() // made bare: its pool is the next round's
-                } else {
-                    octavia.pools(&[("loadbalancer_id", applied.id.clone())]).await?
-                };
-                let pool = pools
-                    .iter()
-                    .find(|p| made.default_pool_id.as_deref() == Some(p.id.as_str()));
-                let spec = made_spec(desired, i);
                 applied.ports.push(AppliedPort {
                     listener_id: made.id.clone(),
-                    pool_id: pool.map(|p| p.id.clone()),
-                    monitor_id: pool.and_then(|p| p.healthmonitor_id.clone()),
-                    spec,
+                    pool_id: None,
+                    monitor_id: None,
+                    spec: made_spec(desired, i),
                 });
             }
             Step::RemoveListener(p) => {
@@ -1033,18 +1021,36 @@ async fn delete_listeners(os: &Client, applied: &Applied) -> Result<(), Error> {
     Ok(())
 }
 
+/// How a Service's load balancer is deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct DeleteOptions<'a> {
+    /// `keep-floatingip`: the floating IP is unbound, not released.
+    pub keep_floating_ip: bool,
+    /// `spec.loadBalancerIP`: never counted as inherited from the in-tree provider.
+    pub requested_ip: Option<&'a str>,
+    /// `[LoadBalancer] cascade-delete`.
+    pub cascade: bool,
+    /// `[LoadBalancer] manage-security-groups`: its group goes too.
+    pub security_groups: bool,
+}
+
 /// Deletes what berth made for the Service: the floating IP (unless kept, or not berth's),
 /// then the load balancer with everything under it; on a shared load balancer only the
 /// Service's own listeners and pools.
 pub async fn delete(
     os: &Client,
+    waiter: &super::waiter::ActiveWaiter,
     applied: &Applied,
     desired_uid: &str,
-    keep_floating_ip: bool,
     id: ServiceId<'_>,
-    requested_ip: Option<&str>,
-    cascade: bool,
+    options: DeleteOptions<'_>,
 ) -> Result<(), Error> {
+    let DeleteOptions {
+        keep_floating_ip,
+        requested_ip,
+        cascade,
+        security_groups,
+    } = options;
     let octavia = os.load_balancer();
     if !applied.owned {
         delete_listeners(os, applied).await?;
@@ -1086,8 +1092,11 @@ pub async fn delete(
             release(os, &applied_fip, true).await?;
         }
     }
-    // Its security group (`manage-security-groups`, now or before) off the Nodes' ports.
-    super::security_group::delete(os, &applied.id).await?;
+    // Its security group off the Nodes' ports (one left from when the option was on is the
+    // sweep's: tagged like the rest).
+    if security_groups {
+        super::security_group::delete(os, &applied.id).await?;
+    }
     if cascade {
         octavia.delete(&applied.id, true).await?;
     } else {
@@ -1095,7 +1104,7 @@ pub async fn delete(
         wait_active(os, &applied.id).await?;
         octavia.delete(&applied.id, false).await?;
     }
-    octavia.wait_deleted(&applied.id, DELETE_TIMEOUT).await?;
+    waiter.wait_deleted(&applied.id, DELETE_TIMEOUT).await?;
     info!(lb = %applied.id, name = %applied.name, "load balancer deleted");
     Ok(())
 }
