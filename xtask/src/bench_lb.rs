@@ -57,6 +57,10 @@ pub(crate) struct Options {
     /// Reuse the running testbed (calls are counted only if it was started with --reqlog).
     #[arg(long)]
     reuse_testbed: bool,
+    /// Run berth only (its column beside an earlier in-tree run, e.g. after a berth change:
+    /// the in-tree half takes most of an hour).
+    #[arg(long)]
+    berth_only: bool,
 }
 
 /// The in-tree provider's cluster name (its load balancers are named `a<uid>` whatever it is;
@@ -245,7 +249,11 @@ pub(crate) fn run(options: &Options) -> Result<()> {
         let mut btb = tb.clone();
         btb.kubeconfig = bed.kubeconfig();
         made.nodes = rt.block_on(make_nodes(&btb, options.nodes))?;
-        let intree = rt.block_on(one_peer(Peer::InTree, &btb, &bed, &berth_bin, options, &mut made))?;
+        let intree = if options.berth_only {
+            Outcome::default()
+        } else {
+            rt.block_on(one_peer(Peer::InTree, &btb, &bed, &berth_bin, options, &mut made))?
+        };
         let berth = rt.block_on(one_peer(Peer::Berth, &btb, &bed, &berth_bin, options, &mut made))?;
         Ok((intree, berth))
     })();
@@ -849,7 +857,7 @@ fn report(options: &Options, reqlog: bool, intree: &Outcome, berth: &Outcome) ->
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "```sh\ncargo xtask bench lb --services {} --nodes {} --public-ratio {} --idle {}{}\n```\n",
+        "```sh\ncargo xtask bench lb --services {} --nodes {} --public-ratio {} --idle {}{}{}\n```\n",
         options.services,
         options.nodes,
         options.public_ratio,
@@ -858,8 +866,12 @@ fn report(options: &Options, reqlog: bool, intree: &Outcome, berth: &Outcome) ->
             " --reuse-testbed"
         } else {
             ""
-        }
+        },
+        if options.berth_only { " --berth-only" } else { "" }
     );
+    if options.berth_only {
+        let _ = writeln!(t, "(berth only: the in-tree column reads 0.)\n");
+    }
     if !reqlog {
         let _ = writeln!(
             t,
