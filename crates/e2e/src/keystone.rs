@@ -167,7 +167,9 @@ impl PreparedWebhook {
             metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics"),
             http,
         };
-        for _ in 0..100 {
+        // Up to 60 s: it logs in to Keystone (retried when Keystone is busy with other tests)
+        // and may wait up to 10 s for its ConfigMaps before it serves.
+        for _ in 0..600 {
             if let Some(code) = webhook.child.try_wait()?.and_then(|s| s.code()) {
                 bail!("the webhook exited with {code}: {}", webhook.log());
             }
