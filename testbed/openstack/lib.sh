@@ -70,6 +70,8 @@ port_free() {
 # $OSBED/log/NAME.out, one line each:
 #   REQ <epoch ms at start> <method> <uri> <status> <ms taken> <user agent>
 # (anchor-bench counts API calls from these lines).  Default: off.
+# OSBED_UWSGI_PROCESSES=N runs N processes of each API (default 1: one Python GIL each).
+# OSBED_UWSGI_THREADS=N threads per process (default 4).
 uwsgi_start() {
     local name=$1 port=$2 module=$3; shift 3
     local logargs=(--disable-logging --log-5xx --log-4xx)
@@ -79,7 +81,7 @@ uwsgi_start() {
     port_free "$name" "$port"
     start_bg "$name" "$VENV/bin/uwsgi" \
         --http-socket "127.0.0.1:$port" --module "$module" \
-        --processes 1 --threads "${OSBED_UWSGI_THREADS:-4}" --enable-threads \
+        --processes "${OSBED_UWSGI_PROCESSES:-1}" --threads "${OSBED_UWSGI_THREADS:-4}" --enable-threads \
         --die-on-term --need-app --add-header 'Connection: close' \
         --buffer-size 65535 \
         --virtualenv "$VENV" --env PYTHONWARNINGS=ignore \
