@@ -60,16 +60,21 @@ fn proxied_cloud_conf(
     conf
 }
 
+/// A fault proxy in front of the testbed's Octavia.
+async fn octavia_proxy(os: &berth_openstack::Client) -> FaultProxy {
+    let octavia = os.endpoint(OsService::LoadBalancer).await.unwrap();
+    FaultProxy::start(&octavia.origin().ascii_serialization())
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn octavia_failing_for_a_while_is_waited_out_with_no_duplicate_and_nothing_left() {
     let tb = Testbed::load().unwrap();
     let os = tb.openstack_demo().await.unwrap();
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("faults");
-    let octavia = os.endpoint(OsService::LoadBalancer).await.unwrap();
-    let proxy = FaultProxy::start(&octavia.origin().ascii_serialization())
-        .await
-        .unwrap();
+    let proxy = octavia_proxy(&os).await;
     let dir = std::env::temp_dir().join(unique_name("faults-conf"));
     let conf = proxied_cloud_conf(&tb, &proxy, &dir, "");
 
@@ -228,11 +233,8 @@ async fn with_provider_requires_serial_api_calls_the_tree_is_built_one_object_at
     let os = tb.openstack_demo().await.unwrap();
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("serial");
-    let octavia = os.endpoint(OsService::LoadBalancer).await.unwrap();
     // No faults: the proxy only records the calls.
-    let proxy = FaultProxy::start(&octavia.origin().ascii_serialization())
-        .await
-        .unwrap();
+    let proxy = octavia_proxy(&os).await;
     let dir = std::env::temp_dir().join(unique_name("serial-conf"));
     let conf = proxied_cloud_conf(&tb, &proxy, &dir, "provider-requires-serial-api-calls = true\n");
     let node = HollowNode::create(&tb, &os, &kube, &unique_name("srn"), labelled_node(&cluster))

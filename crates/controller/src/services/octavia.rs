@@ -847,15 +847,7 @@ pub async fn ensure_floating_ip(
         .into_iter()
         .find(|f| f.port_id.is_none() && want.address.as_ref().is_none_or(|a| a == &f.floating_ip_address));
     if let Some(f) = reusable {
-        let f = os
-            .network()
-            .associate_floating_ip(&f.id, Some(&applied.vip_port_id))
-            .await?;
-        applied.floating_ip = Some(AppliedFloatingIp {
-            id: f.id,
-            address: f.floating_ip_address,
-            ours: true,
-        });
+        bind_to_vip(os, applied, &f.id, true).await?;
         return Ok(None);
     }
     if let Some(address) = &want.address {
@@ -868,15 +860,7 @@ pub async fn ensure_floating_ip(
                     f.port_id.as_deref().unwrap_or_default()
                 )));
             }
-            let f = os
-                .network()
-                .associate_floating_ip(&f.id, Some(&applied.vip_port_id))
-                .await?;
-            applied.floating_ip = Some(AppliedFloatingIp {
-                id: f.id,
-                address: f.floating_ip_address,
-                ours: false,
-            });
+            bind_to_vip(os, applied, &f.id, false).await?;
             return Ok(None);
         }
     }
@@ -919,6 +903,20 @@ pub async fn ensure_floating_ip(
         ours: true,
     });
     Ok(None)
+}
+
+/// Binds floating IP `id` to the VIP port and remembers it (`ours`: berth may release it).
+async fn bind_to_vip(os: &Client, applied: &mut Applied, id: &str, ours: bool) -> Result<(), Error> {
+    let f = os
+        .network()
+        .associate_floating_ip(id, Some(&applied.vip_port_id))
+        .await?;
+    applied.floating_ip = Some(AppliedFloatingIp {
+        id: f.id,
+        address: f.floating_ip_address,
+        ours,
+    });
+    Ok(())
 }
 
 /// The tag that tells the garbage collector to leave a floating IP alone.
