@@ -206,3 +206,27 @@ pub async fn single_pool_members(os: &Client, lb: &LoadBalancer) -> Result<BTree
         .map(|m| m.address)
         .collect())
 }
+
+/// Writes `dir/cloud.conf`: the testbed's, with `global` lines added to `[Global]` and `lb`
+/// lines to `[LoadBalancer]` (each ending in a newline).
+pub fn cloud_conf_with(
+    testbed: &Testbed,
+    dir: &std::path::Path,
+    global: &str,
+    lb: &str,
+) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let text = std::fs::read_to_string(&testbed.cloud_conf)?;
+    if !text.contains("[Global]\n") || !text.contains("[LoadBalancer]\n") {
+        bail!(
+            "{} lacks [Global] or [LoadBalancer]",
+            testbed.cloud_conf.display()
+        );
+    }
+    let text = text
+        .replacen("[Global]\n", &format!("[Global]\n{global}"), 1)
+        .replacen("[LoadBalancer]\n", &format!("[LoadBalancer]\n{lb}"), 1);
+    let conf = dir.join("cloud.conf");
+    std::fs::write(&conf, text)?;
+    Ok(conf)
+}

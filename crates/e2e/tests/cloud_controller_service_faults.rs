@@ -13,8 +13,9 @@ use berth_e2e::{
     HollowNode, Testbed, eventually,
     faults::{Fault, FaultProxy},
     services::{
-        cluster_objects, create_service, delete_service, labelled_node, lb_named, lb_service, node_selector,
-        service_controller, service_events, single_pool_members, vip_ports_left, wait_ingress,
+        cloud_conf_with, cluster_objects, create_service, delete_service, labelled_node, lb_named,
+        lb_service, node_selector, service_controller, service_events, single_pool_members, vip_ports_left,
+        wait_ingress,
     },
     unique_name,
 };
@@ -43,21 +44,8 @@ fn proxied_cloud_conf(
         ),
     )
     .unwrap();
-    let text = std::fs::read_to_string(&tb.cloud_conf).unwrap();
-    assert!(text.contains("[Global]\n"));
-    let text = text.replacen(
-        "[Global]\n",
-        &format!(
-            "[Global]\nuse-clouds = true\nclouds-file = {}\n",
-            clouds.display()
-        ),
-        1,
-    );
-    assert!(text.contains("[LoadBalancer]\n"));
-    let text = text.replacen("[LoadBalancer]\n", &format!("[LoadBalancer]\n{lb_extra}"), 1);
-    let conf = dir.join("cloud.conf");
-    std::fs::write(&conf, text).unwrap();
-    conf
+    let global = format!("use-clouds = true\nclouds-file = {}\n", clouds.display());
+    cloud_conf_with(tb, dir, &global, lb_extra).unwrap()
 }
 
 /// A fault proxy in front of the testbed's Octavia.

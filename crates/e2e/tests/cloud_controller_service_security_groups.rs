@@ -11,8 +11,8 @@ use std::{collections::BTreeSet, time::Duration};
 use berth_e2e::{
     HollowNode, Testbed, eventually,
     services::{
-        cluster_objects, create_service, delete_service, labelled_node, lb_named, lb_service, node_selector,
-        service_controller, wait_ingress,
+        cloud_conf_with, cluster_objects, create_service, delete_service, labelled_node, lb_named,
+        lb_service, node_selector, service_controller, wait_ingress,
     },
     unique_name,
 };
@@ -61,19 +61,7 @@ async fn a_security_group_opens_the_node_ports_on_exactly_the_members_and_goes_w
     let kube = tb.kube().await.unwrap();
     let cluster = unique_name("sg");
     let dir = std::env::temp_dir().join(unique_name("sg-conf"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("cloud.conf");
-    let text = std::fs::read_to_string(&tb.cloud_conf).unwrap();
-    assert!(text.contains("[LoadBalancer]\n"));
-    std::fs::write(
-        &conf,
-        text.replacen(
-            "[LoadBalancer]\n",
-            "[LoadBalancer]\nmanage-security-groups = true\n",
-            1,
-        ),
-    )
-    .unwrap();
+    let conf = cloud_conf_with(&tb, &dir, "", "manage-security-groups = true\n").unwrap();
     let conf_arg = conf.display().to_string();
 
     let selector = node_selector(&cluster);
