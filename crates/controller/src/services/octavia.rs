@@ -70,6 +70,8 @@ pub struct Applied {
     pub vip_address: String,
     /// The VIP port.
     pub vip_port_id: String,
+    /// The VIP's subnet.
+    pub vip_subnet_id: String,
     /// Its tags.
     pub tags: Vec<String>,
     /// The Service's listeners on it.
@@ -233,6 +235,7 @@ fn applied_from(lb: &LoadBalancer, owned: bool, ports: Vec<AppliedPort>) -> Appl
         owned,
         vip_address: lb.vip_address.clone(),
         vip_port_id: lb.vip_port_id.clone(),
+        vip_subnet_id: lb.vip_subnet_id.clone(),
         tags: lb.tags.clone(),
         ports,
         floating_ip: None,
@@ -307,14 +310,25 @@ pub async fn read(os: &Client, lb: &LoadBalancer, owned: bool, desired: &Desired
     Ok(applied_from(lb, owned, ports))
 }
 
-fn new_members(desired: &Desired, port: &PortSpec) -> Vec<NewMember> {
+/// The subnet the members are said to be on: none when it is the VIP's. Octavia takes a
+/// member without one to be on the VIP subnet, and each member subnet it is told costs it
+/// Neutron calls: five per member in a create, one per member in every worker flow.
+pub(crate) fn member_subnet(desired: &Desired, vip_subnet_id: &str) -> Option<String> {
+    desired
+        .member_subnet_id
+        .clone()
+        .filter(|s| s.as_str() != vip_subnet_id)
+}
+
+fn new_members(desired: &Desired, port: &PortSpec, vip_subnet_id: &str) -> Vec<NewMember> {
+    let subnet_id = member_subnet(desired, vip_subnet_id);
     port.members
         .iter()
         .map(|m| NewMember {
             name: m.name.clone(),
             address: m.address.clone(),
             protocol_port: m.port,
-            subnet_id: desired.member_subnet_id.clone(),
+            subnet_id: subnet_id.clone(),
             monitor_port: m.monitor_port,
         })
         .collect()
@@ -337,7 +351,13 @@ fn persistence(p: &PoolSpec) -> Option<Value> {
     p.persistence.as_ref().map(|t| json!({ "type": t }))
 }
 
-fn new_pool(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -> NewPool {
+fn new_pool(
+    desired: &Desired,
+    index: usize,
+    port: &PortSpec,
+    tags: &[String],
+    vip_subnet_id: &str,
+) -> NewPool {
     NewPool {
         name: format!("pool_{index}_{}", desired.name),
         protocol: port.pool.protocol.clone(),
@@ -349,7 +369,7 @@ fn new_pool(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -
         members: if desired.serial_api_calls {
             Vec::new()
         } else {
-            new_members(desired, port)
+            new_members(desired, port, vip_subnet_id)
         },
         healthmonitor: port
             .monitor
@@ -359,7 +379,13 @@ fn new_pool(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -
     }
 }
 
-fn new_listener(desired: &Desired, index: usize, port: &PortSpec, tags: &[String]) -> NewListener {
+fn new_listener(
+    desired: &Desired,
+    index: usize,
+    port: &PortSpec,
+    tags: &[String],
+    vip_subnet_id: &str,
+) -> NewListener {
     let l = &port.listener;
     NewListener {
         name: format!("listener_{index}_{}", desired.name),
@@ -374,7 +400,8 @@ fn new_listener(desired: &Desired, index: usize, port: &PortSpec, tags: &[String
         timeout_tcp_inspect: l.timeouts.map(|t| t[3]),
         insert_headers: l.x_forwarded_for.then(|| json!({ "X-Forwarded-For": "true" })),
         tags: tags.to_vec(),
-        default_pool: (!desired.serial_api_calls).then(|| new_pool(desired, index, port, tags)),
+        default_pool: (!desired.serial_api_calls)
+            .then(|| new_pool(desired, index, port, tags, vip_subnet_id)),
     }
 }
 
@@ -394,12 +421,13 @@ fn listener_fields(l: &ListenerSpec) -> Value {
 
 /// Creates the whole load balancer in one call; the answer carries every id.
 pub async fn create(os: &Client, desired: &Desired, vip_subnet: Option<String>) -> Result<Applied, Error> {
+    let vip_subnet_id = vip_subnet
+        .or_else(|| desired.vip.subnet_id.clone())
+        .unwrap_or_default();
     let lb = NewLoadBalancer {
         name: desired.name.clone(),
         description: desired.description.clone(),
-        vip_subnet_id: vip_subnet
-            .or_else(|| desired.vip.subnet_id.clone())
-            .unwrap_or_default(),
+        vip_subnet_id: vip_subnet_id.clone(),
         vip_network_id: desired.vip.network_id.clone(),
         vip_port_id: desired.vip.port_id.clone(),
         vip_address: desired.vip.address.clone(),
@@ -415,7 +443,7 @@ pub async fn create(os: &Client, desired: &Desired, vip_subnet: Option<String>) 
                 .ports
                 .iter()
                 .enumerate()
-                .map(|(i, p)| new_listener(desired, i, p, &desired.tags))
+                .map(|(i, p)| new_listener(desired, i, p, &desired.tags, &vip_subnet_id))
                 .collect()
         },
     };
@@ -589,7 +617,7 @@ async fn apply(
             Step::AddListener(i) => {
                 // Bare: Octavia (2.x up to at least Zed) answers 500 to a listener create with a
                 // nested default pool; the pool is the next round's, with its members.
-                let mut l = new_listener(desired, i, &desired.ports[i], &tags);
+                let mut l = new_listener(desired, i, &desired.ports[i], &tags, &applied.vip_subnet_id);
                 l.loadbalancer_id = Some(applied.id.clone());
                 l.default_pool = None;
                 let made = octavia.create_listener(&l).await?;
@@ -640,7 +668,10 @@ async fn apply(
             }
             Step::Members(i, id) => {
                 octavia
-                    .batch_update_members(&id, &new_members(desired, &desired.ports[i]))
+                    .batch_update_members(
+                        &id,
+                        &new_members(desired, &desired.ports[i], &applied.vip_subnet_id),
+                    )
                     .await?;
                 set_pool(applied, &id, |a| {
                     a.spec.members = desired.ports[i].members.clone()
@@ -737,7 +768,7 @@ async fn add_pool(
     tags: &[String],
     applied: &mut Applied,
 ) -> Result<(), Error> {
-    let mut pool = new_pool(desired, i, &desired.ports[i], tags);
+    let mut pool = new_pool(desired, i, &desired.ports[i], tags, &applied.vip_subnet_id);
     pool.listener_id = Some(listener_id.to_owned());
     let made = os.load_balancer().create_pool(&pool).await?;
     let spec = made_spec(desired, i);

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::*;
-use crate::services::octavia::{Applied, AppliedPort, name_matches, plan_names, tags_match};
+use crate::services::octavia::{Applied, AppliedPort, member_subnet, name_matches, plan_names, tags_match};
 
 fn config(extra: &str) -> CloudConfig {
     let text = format!(
@@ -365,6 +365,7 @@ fn applied_from(d: &Desired) -> Applied {
         owned: true,
         vip_address: "10.0.0.9".into(),
         vip_port_id: "port".into(),
+        vip_subnet_id: "sub-1".into(),
         tags: d.tags.clone(),
         ports: d
             .ports
@@ -483,4 +484,22 @@ fn security_group_rules_open_node_ports_to_member_subnets() {
         wanted_rules(&d, &cidrs),
         [rule("udp", 30053), rule("tcp", 32000)].into()
     );
+}
+
+#[test]
+fn members_on_the_vip_subnet_are_sent_without_one() {
+    let cfg = config("");
+    let nodes = [node("n1", "10.0.0.5", true, json!({}))];
+    let d = build_with(&cfg, &service(json!({}), json!({})), &nodes).unwrap();
+    // Octavia puts a member without a subnet on the VIP's: the same, for fewer Neutron calls.
+    assert_eq!(member_subnet(&d, "sub-1"), None);
+    // VIP elsewhere (or not known yet: VIP by network or port): the members' subnet is said.
+    assert_eq!(member_subnet(&d, "sub-vip").as_deref(), Some("sub-1"));
+    assert_eq!(member_subnet(&d, "").as_deref(), Some("sub-1"));
+    let annotated = service(
+        json!({ "loadbalancer.openstack.org/member-subnet-id": "sub-members" }),
+        json!({}),
+    );
+    let d = build_with(&cfg, &annotated, &nodes).unwrap();
+    assert_eq!(member_subnet(&d, "sub-1").as_deref(), Some("sub-members"));
 }
