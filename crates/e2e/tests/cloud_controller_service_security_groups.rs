@@ -17,8 +17,11 @@ use berth_e2e::{
     unique_name,
 };
 use berth_openstack::{Client, network::Port};
-use k8s_openapi::api::core::v1::Service;
-use kube::Api;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -155,6 +158,27 @@ async fn a_security_group_opens_the_node_ports_on_exactly_the_members_and_goes_w
     })
     .await
     .unwrap();
+
+    // A Node that stops being a member (the selector no longer picks it) loses it; the other
+    // members keep it.
+    let left = nodes[0].internal_ip.clone();
+    Api::<Node>::all(kube.clone())
+        .patch(
+            &nodes[0].name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "e2e-cluster": null } } })),
+        )
+        .await
+        .unwrap();
+    eventually("the Node that left to lose the group", WAIT, || async {
+        Ok((!port_of(&os, &left).await.security_groups.contains(&group.id)).then_some(()))
+    })
+    .await
+    .unwrap();
+    for n in &nodes[1..] {
+        let groups = port_of(&os, &n.internal_ip).await.security_groups;
+        assert!(groups.contains(&group.id), "member {} still carries it", n.name);
+    }
 
     // Deleted: off every port, gone, the ports keep their own groups.
     delete_service(&kube, &name, WAIT).await.unwrap();

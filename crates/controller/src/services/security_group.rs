@@ -42,6 +42,8 @@ pub struct AppliedGroup {
     pub rules: BTreeMap<Rule, String>,
     /// The member addresses whose ports carry it.
     pub members: BTreeSet<String>,
+    /// Whether `members` are all the ports that carry it (not so for a group found by name).
+    pub members_known: bool,
     /// Each member address's subnet CIDR.
     pub cidrs: HashMap<String, String>,
 }
@@ -100,6 +102,30 @@ fn ports_by_address(ports: &[Port]) -> HashMap<String, &Port> {
         }
     }
     by
+}
+
+/// How many addresses one port list asks for (Neutron takes any of them): URLs stay short.
+const ADDRESSES_PER_LIST: usize = 100;
+
+/// The ports with one of `addresses`, a list call per [`ADDRESSES_PER_LIST`].
+async fn ports_with_addresses<'a>(
+    os: &Client,
+    addresses: impl Iterator<Item = &'a String>,
+) -> Result<Vec<Port>, Error> {
+    let addresses: Vec<&String> = addresses.collect();
+    let mut ports: Vec<Port> = Vec::new();
+    for chunk in addresses.chunks(ADDRESSES_PER_LIST) {
+        let query: Vec<(&str, String)> = chunk
+            .iter()
+            .map(|a| ("fixed_ips", format!("ip_address={a}")))
+            .collect();
+        for port in os.network().ports(&query).await? {
+            if !ports.iter().any(|p| p.id == port.id) {
+                ports.push(port);
+            }
+        }
+    }
+    Ok(ports)
 }
 
 /// Adds (`add`) or removes the group on a port, re-reading it if it changed meanwhile.
@@ -162,6 +188,7 @@ pub async fn ensure(os: &Client, desired: &Desired, applied: &mut Applied) -> Re
                         })
                         .collect(),
                     members: BTreeSet::new(),
+                    members_known: false,
                     cidrs: HashMap::new(),
                 },
                 None => {
@@ -179,16 +206,21 @@ pub async fn ensure(os: &Client, desired: &Desired, applied: &mut Applied) -> Re
                         id: g.id,
                         rules: BTreeMap::new(),
                         members: BTreeSet::new(),
+                        members_known: true,
                         cidrs: HashMap::new(),
                     }
                 }
             }
         }
     };
-    // The ports (one list) only when the members changed: they give the members' subnets.
+    // The ports only when the members changed: they give the members' subnets.
     let ports = if group.members == members && !members.is_empty() {
         None
+    } else if group.members_known {
+        // Those of the members, new and old: not every port of the project.
+        Some(ports_with_addresses(os, members.union(&group.members)).await?)
     } else {
+        // Which ports carry a group found after a restart is not known: all are looked at.
         Some(net.ports(&[]).await?)
     };
     let by_address = ports.as_deref().map(ports_by_address).unwrap_or_default();
@@ -250,6 +282,7 @@ pub async fn ensure(os: &Client, desired: &Desired, applied: &mut Applied) -> Re
         }
     }
     group.members = members;
+    group.members_known = true;
     applied.security_group = Some(group);
     Ok(())
 }
