@@ -785,10 +785,9 @@ async fn services_share_a_load_balancer_up_to_max_shared_lb_and_the_owner_leavin
         "the sweep keeps it while the second Service uses it"
     );
 
-    // The last one leaves: its listener goes; the sweep then takes the load balancer.
+    // The last one leaves: its listener goes, and berth sweeps the load balancer at once
+    // (no `berth gc`, no waiting for the periodic sweep).
     delete_service(&kube, &second, WAIT).await.unwrap();
-    wait_listener_ports(&os, &lb, BTreeSet::new()).await;
-    berth_gc(&tb, &cluster, false);
     os.load_balancer().wait_deleted(&lb.id, WAIT).await.unwrap();
     assert_eq!(
         cluster_objects(&os, &cluster).await.unwrap(),

@@ -154,6 +154,24 @@ pub async fn sweep(
     Ok(orphans)
 }
 
+/// One sweep, logged and counted in the metrics (a failure too: the next one retries).
+pub async fn sweep_and_report(os: &Client, kube: &kube::Client, cluster: &str, metrics: &Metrics) {
+    match sweep(os, kube, cluster, false).await {
+        Ok(orphans) => {
+            for o in &orphans {
+                info!(kind = o.kind, id = %o.id, name = %o.name, service_uid = %o.service_uid, action = %o.action, "garbage collection");
+            }
+            let deleted = orphans.iter().filter(|o| o.action == "deleted").count();
+            metrics.gc_deleted(deleted);
+            metrics.reconcile("gc", "ok");
+        }
+        Err(e) => {
+            warn!(error = %e, "garbage collection sweep failed");
+            metrics.reconcile("gc", e.kind());
+        }
+    }
+}
+
 /// Sweeps at start-up and then every `period` (zero: only at start-up).
 pub async fn run_periodically(
     os: Client,
@@ -164,20 +182,7 @@ pub async fn run_periodically(
     shutdown: CancellationToken,
 ) {
     loop {
-        match sweep(&os, &kube, &cluster, false).await {
-            Ok(orphans) => {
-                for o in &orphans {
-                    info!(kind = o.kind, id = %o.id, name = %o.name, service_uid = %o.service_uid, action = %o.action, "garbage collection");
-                }
-                let deleted = orphans.iter().filter(|o| o.action == "deleted").count();
-                metrics.gc_deleted(deleted);
-                metrics.reconcile("gc", "ok");
-            }
-            Err(e) => {
-                warn!(error = %e, "garbage collection sweep failed");
-                metrics.reconcile("gc", e.kind());
-            }
-        }
+        sweep_and_report(&os, &kube, &cluster, &metrics).await;
         if period.is_zero() {
             return;
         }

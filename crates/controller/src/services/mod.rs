@@ -114,6 +114,9 @@ struct Shared {
     waiter: waiter::ActiveWaiter,
 }
 
+/// How long the sweep after the last sharer of a load balancer waits for it to be ACTIVE.
+const LAST_SHARER_WAIT: Duration = Duration::from_secs(120);
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -654,6 +657,7 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
             }
         }
     };
+    let mut last_sharer_of = None;
     if let Some(applied) = &applied {
         ctx.events
             .publish(
@@ -678,7 +682,10 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
             cascade: ctx.config.load_balancer.cascade_delete,
             security_groups: ctx.config.load_balancer.manage_security_groups,
         };
-        octavia::delete(&ctx.openstack, &shared.waiter, applied, &uid, id, options).await?;
+        let left = octavia::delete(&ctx.openstack, &shared.waiter, applied, &uid, id, options).await?;
+        if left == octavia::Deleted::LastSharer {
+            last_sharer_of = Some(applied.id.clone());
+        }
         ctx.events
             .publish(
                 &reference,
@@ -714,8 +721,25 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
     }
+    if let Some(lb_id) = last_sharer_of {
+        sweep_after_last_sharer(shared, &lb_id).await;
+    }
+    Ok(())
+}
+
+/// The last Service on a load balancer kept for it after its owner was deleted has left: the
+/// sweep takes the load balancer (and its floating IP) now, not at its next period. Once it is
+/// ACTIVE again, as the sweep leaves load balancers in `PENDING_*` alone.
+async fn sweep_after_last_sharer(shared: &Shared, lb_id: &str) {
+    let ctx = &shared.ctx;
+    if let Err(error) = shared.waiter.wait_active(lb_id, LAST_SHARER_WAIT).await {
+        warn!(%error, lb = %lb_id, "the last sharer left; the next periodic sweep takes the load balancer");
+        return;
+    }
+    info!(lb = %lb_id, "the last sharer left: sweeping");
+    gc::sweep_and_report(&ctx.openstack, &ctx.kube, &ctx.cluster_name, &ctx.metrics).await;
 }

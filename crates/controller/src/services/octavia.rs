@@ -1063,6 +1063,18 @@ pub struct DeleteOptions<'a> {
     pub security_groups: bool,
 }
 
+/// What [`delete`] left of a load balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// Nothing: it is gone.
+    All,
+    /// The Service's listeners went; other Services still use the load balancer.
+    Listeners,
+    /// The Service's listeners went and it has none left: the load balancer of a Service that
+    /// is gone was kept for this one, so the sweep can take it now.
+    LastSharer,
+}
+
 /// Deletes what berth made for the Service: the floating IP (unless kept, or not berth's),
 /// then the load balancer with everything under it; on a shared load balancer only the
 /// Service's own listeners and pools.
@@ -1073,7 +1085,7 @@ pub async fn delete(
     desired_uid: &str,
     id: ServiceId<'_>,
     options: DeleteOptions<'_>,
-) -> Result<(), Error> {
+) -> Result<Deleted, Error> {
     let DeleteOptions {
         keep_floating_ip,
         requested_ip,
@@ -1083,7 +1095,20 @@ pub async fn delete(
     let octavia = os.load_balancer();
     if !applied.owned {
         delete_listeners(os, applied).await?;
-        return Ok(());
+        // Deleted listeners are listed (PENDING_DELETE) until Octavia is done. An owner has a
+        // listener while it lives. A load balancer that does not settle is the periodic sweep's.
+        let last = match wait_active(os, &applied.id).await {
+            Ok(_) => octavia
+                .listeners(&[("loadbalancer_id", applied.id.clone())])
+                .await?
+                .is_empty(),
+            Err(_) => false,
+        };
+        return Ok(if last {
+            Deleted::LastSharer
+        } else {
+            Deleted::Listeners
+        });
     }
     // Still used by other Services (`load-balancer-id`): only this Service's listeners go; the
     // load balancer and its address stay for them (the sweep takes it once they are gone).
@@ -1094,7 +1119,7 @@ pub async fn delete(
     if !others.is_empty() {
         delete_listeners(os, applied).await?;
         info!(lb = %applied.id, sharers = others.len(), "load balancer kept: other Services share it");
-        return Ok(());
+        return Ok(Deleted::Listeners);
     }
     // Floating IPs: the one on the VIP, and any of the Service's that lost their port.
     let mut fips = floating_ips(os, ("port_id", applied.vip_port_id.clone())).await?;
@@ -1135,7 +1160,7 @@ pub async fn delete(
     }
     waiter.wait_deleted(&applied.id, DELETE_TIMEOUT).await?;
     info!(lb = %applied.id, name = %applied.name, "load balancer deleted");
-    Ok(())
+    Ok(Deleted::All)
 }
 
 /// The ids Octavia has as of a read, for tests.
