@@ -676,11 +676,22 @@ async fn sctp_is_refused_with_an_event_and_type_changes_clean_up() {
     .unwrap();
     wait_ingress(&kube, &changing, WAIT).await.unwrap();
     let api = Api::<Service>::namespaced(kube.clone(), "default");
-    api.patch(
-        &changing,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({ "spec": { "type": "ClusterIP" } })),
-    )
+    // kube-apiserver 1.20 may answer a Service patch 409 while the controller is writing the
+    // same Service (its annotations, after the status): as kubectl would, try again.
+    eventually("the type change accepted", WAIT, || async {
+        match api
+            .patch(
+                &changing,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": { "type": "ClusterIP" } })),
+            )
+            .await
+        {
+            Ok(_) => Ok(Some(())),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    })
     .await
     .unwrap();
     eventually("the load balancer gone after the type change", WAIT, || async {
