@@ -169,8 +169,13 @@ async fn the_policy_configmap_grants_reloads_and_a_broken_one_keeps_the_last_goo
     })
     .await
     .unwrap();
-    let out = kubectl(&["get", "services", "-n", "default"]);
-    assert!(out.status.success(), "{}", text(&out));
+    // Its denial of services was cached after its grant of pods: it may expire a moment later.
+    eventually("kubectl is allowed services", Duration::from_secs(40), || async {
+        let out = kubectl(&["get", "services", "-n", "default"]);
+        Ok(out.status.success().then_some(()))
+    })
+    .await
+    .unwrap();
     assert_eq!(
         cluster
             .webhook
