@@ -114,9 +114,6 @@ struct Shared {
     waiter: waiter::ActiveWaiter,
 }
 
-/// How long the sweep after the last sharer of a load balancer waits for it to be ACTIVE.
-const LAST_SHARER_WAIT: Duration = Duration::from_secs(120);
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -732,14 +729,10 @@ async fn remove(svc: &Service, shared: &Shared, type_changed: bool) -> Result<()
 }
 
 /// The last Service on a load balancer kept for it after its owner was deleted has left: the
-/// sweep takes the load balancer (and its floating IP) now, not at its next period. Once it is
-/// ACTIVE again, as the sweep leaves load balancers in `PENDING_*` alone.
+/// sweep takes the load balancer (and its floating IP) now, not at its next period.
+/// ([`octavia::delete`] saw it ACTIVE again: the sweep leaves `PENDING_*` ones alone.)
 async fn sweep_after_last_sharer(shared: &Shared, lb_id: &str) {
     let ctx = &shared.ctx;
-    if let Err(error) = shared.waiter.wait_active(lb_id, LAST_SHARER_WAIT).await {
-        warn!(%error, lb = %lb_id, "the last sharer left; the next periodic sweep takes the load balancer");
-        return;
-    }
     info!(lb = %lb_id, "the last sharer left: sweeping");
     gc::sweep_and_report(&ctx.openstack, &ctx.kube, &ctx.cluster_name, &ctx.metrics).await;
 }

@@ -113,19 +113,18 @@ async fn ports_with_addresses<'a>(
     addresses: impl Iterator<Item = &'a String>,
 ) -> Result<Vec<Port>, Error> {
     let addresses: Vec<&String> = addresses.collect();
-    let mut ports: Vec<Port> = Vec::new();
+    // A port with two member addresses may come in two lists: keep it once.
+    let mut ports: BTreeMap<String, Port> = BTreeMap::new();
     for chunk in addresses.chunks(ADDRESSES_PER_LIST) {
         let query: Vec<(&str, String)> = chunk
             .iter()
             .map(|a| ("fixed_ips", format!("ip_address={a}")))
             .collect();
         for port in os.network().ports(&query).await? {
-            if !ports.iter().any(|p| p.id == port.id) {
-                ports.push(port);
-            }
+            ports.insert(port.id.clone(), port);
         }
     }
-    Ok(ports)
+    Ok(ports.into_values().collect())
 }
 
 /// Adds (`add`) or removes the group on a port, re-reading it if it changed meanwhile.
